@@ -1,0 +1,7 @@
+"""`python -m toolscore`."""
+
+import sys
+
+from toolscore.cli import main
+
+sys.exit(main())

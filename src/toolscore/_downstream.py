@@ -1,0 +1,375 @@
+"""One supervised MCP client connection per downstream server: stdio, streamable HTTP or SSE.
+
+Theory of operation. `Downstream.run()` is a supervisor loop owned by the hub's task group. Each
+round opens a transport and a `Client(mode="legacy")` (the handshake era keeps `list_changed`
+pushes), lists every page of tools and marks the server up. The transport's read stream is
+wrapped so that its end (a dead child, a closed socket) sets the `lost` event; the SDK has no
+"disconnected" callback of its own. On loss the server is marked down, every call in flight gets
+an error at once (the SDK fails them with CONNECTION_CLOSED), and the loop reconnects with
+backoff (0.5 s doubling to 10 s). A `tools/list_changed` push re-lists the tools in the
+connection's own task. Whatever a downstream does, the exception stays in its supervisor: one
+failing server never breaks the others or the gateway.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Any, Self
+
+import anyio
+import httpx2
+import mcp_types
+import structlog
+from mcp import Client, MCPError, StdioServerParameters
+from mcp.client.session import IncomingMessage
+from mcp.client.sse import sse_client
+from mcp.client.stdio import stdio_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._stream_protocols import ReadStream, WriteStream
+from mcp.shared.message import SessionMessage
+from pydantic import BaseModel, Field, ValidationError
+
+from toolscore._version import __version__
+from toolscore.config import ServerConfig
+from toolscore.errors import DownstreamProtocolError, DownstreamUnavailable
+from toolscore.types import Arguments, ProgressFn
+
+__all__ = ["Downstream", "ServerState", "ServerStatus"]
+
+log = structlog.get_logger("toolscore.downstream")
+
+BACKOFF_INITIAL = 0.5
+BACKOFF_MAX = 10.0
+_LIST_PAGES_MAX = 100
+_CLIENT_INFO = mcp_types.Implementation(name="toolscore", version=__version__)
+_LOST_ERRORS = (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError)
+
+
+class ServerState(StrEnum):
+    """Connection state of a downstream server."""
+
+    STARTING = "starting"
+    UP = "up"
+    DOWN = "down"
+
+
+@dataclass(frozen=True, slots=True)
+class ServerStatus:
+    """A snapshot for `toolscore check` and logs."""
+
+    name: str
+    transport: str
+    state: ServerState
+    tools: int
+    start_seconds: float | None
+    error: str | None
+    connects: int
+
+
+class _LenientToolsPage(BaseModel):
+    """A tools/list page with each tool left as raw JSON."""
+
+    tools: list[dict[str, Any]] = Field(default_factory=list)
+    next_cursor: str | None = Field(default=None, alias="nextCursor")
+
+
+class _WatchedReadStream:
+    """Delegates to a transport's read stream and sets `lost` when the stream ends."""
+
+    def __init__(self, inner: ReadStream[SessionMessage | Exception], lost: anyio.Event) -> None:
+        self._inner = inner
+        self._lost = lost
+
+    async def receive(self) -> SessionMessage | Exception:
+        try:
+            return await self._inner.receive()
+        except _LOST_ERRORS:
+            self._lost.set()
+            raise
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    def __aiter__(self) -> Self:
+        return self
+
+    async def __anext__(self) -> SessionMessage | Exception:
+        try:
+            return await self.receive()
+        except anyio.EndOfStream:
+            raise StopAsyncIteration from None
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc_val: BaseException | None, exc_tb: TracebackType | None
+    ) -> bool | None:
+        await self.aclose()
+        return None
+
+
+@asynccontextmanager
+async def _watched(
+    transport: AbstractAsyncContextManager[tuple[ReadStream[SessionMessage | Exception], WriteStream[SessionMessage]]],
+    lost: anyio.Event,
+) -> AsyncIterator[tuple[ReadStream[SessionMessage | Exception], WriteStream[SessionMessage]]]:
+    try:
+        async with transport as (read, write):
+            yield _WatchedReadStream(read, lost), write
+    finally:
+        lost.set()
+
+
+def _describe(exc: BaseException) -> str:
+    """One line for an exception, unwrapping the groups task groups raise."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    if isinstance(exc, MCPError):
+        return f"MCP error {exc.code}: {exc.message}"
+    if isinstance(exc, FileNotFoundError):
+        return f"command not found: {exc.filename or exc}"
+    if isinstance(exc, httpx2.HTTPError):
+        return f"{type(exc).__name__}: {exc}"
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+
+
+class Downstream:
+    """A supervised connection to one server, and the calls made over it."""
+
+    def __init__(
+        self,
+        config: ServerConfig,
+        *,
+        connect_timeout: float,
+        log_dir: Path | None,
+        on_tools_changed: Callable[[], Awaitable[None]],
+    ) -> None:
+        self.config = config
+        self.name = config.name
+        self._connect_timeout = connect_timeout
+        self._log_dir = log_dir
+        self._on_tools_changed = on_tools_changed
+        self.state = ServerState.STARTING
+        self.tools: tuple[mcp_types.Tool, ...] = ()
+        self.error: str | None = None
+        self.start_seconds: float | None = None
+        self.connects = 0
+        self.first_attempt = anyio.Event()
+        self._client: Client | None = None
+        self._lost = anyio.Event()
+        self._relist = anyio.Event()
+
+    # -- status ---------------------------------------------------------------------------------
+
+    def status(self) -> ServerStatus:
+        """A snapshot of this server's state."""
+        return ServerStatus(
+            self.name, self.config.transport, self.state, len(self.tools), self.start_seconds, self.error, self.connects
+        )
+
+    def unavailable_reason(self) -> str | None:
+        """Why calls cannot go to this server now, or None."""
+        if self._client is not None:
+            return None
+        if self.state is ServerState.STARTING:
+            return "still starting"
+        return f"down: {self.error}" if self.error else "down"
+
+    # -- calls ----------------------------------------------------------------------------------
+
+    async def call(self, tool: str, arguments: Arguments, *, progress: ProgressFn | None) -> mcp_types.CallToolResult:
+        """Send `tools/call` and return the downstream's result verbatim.
+
+        `send_request` rather than `Client.call_tool`: the latter validates structured output
+        client-side and may re-list tools; the gateway passes results through untouched.
+
+        Raises:
+            DownstreamUnavailable: not connected, or the connection broke during the call.
+            DownstreamProtocolError: the server answered with a JSON-RPC error or a bad result.
+        """
+        client = self._client
+        if client is None:
+            raise DownstreamUnavailable(
+                f"Server '{self.name}' is not available ({self.unavailable_reason()}).", server=self.name
+            )
+        request = mcp_types.CallToolRequest(params=mcp_types.CallToolRequestParams(name=tool, arguments=arguments))
+        try:
+            result = await client.session.send_request(request, mcp_types.CallToolResult, progress_callback=progress)
+        except MCPError as exc:
+            if exc.code == mcp_types.CONNECTION_CLOSED:
+                self._lost.set()
+                raise DownstreamUnavailable(
+                    f"Server '{self.name}' closed the connection during the call to '{tool}'; it is being "
+                    "restarted. The call may or may not have taken effect.",
+                    server=self.name,
+                ) from None
+            raise DownstreamProtocolError(
+                f"Server '{self.name}' answered the call to '{tool}' with an error: {exc.message} (code {exc.code}).",
+                server=self.name,
+            ) from None
+        except (httpx2.TransportError, *_LOST_ERRORS) as exc:
+            self._lost.set()
+            raise DownstreamUnavailable(
+                f"Server '{self.name}' became unreachable during the call to '{tool}': {_describe(exc)}.",
+                server=self.name,
+            ) from None
+        except ValidationError:
+            raise DownstreamProtocolError(
+                f"Server '{self.name}' sent a malformed result for '{tool}'.", server=self.name
+            ) from None
+        if result.meta and mcp_types.SERVER_INFO_META_KEY in result.meta:
+            # A 2026-era downstream stamps its identity here; passed on, it would override ours.
+            meta = {k: v for k, v in result.meta.items() if k != mcp_types.SERVER_INFO_META_KEY}
+            result = result.model_copy(update={"meta": meta or None})
+        return result
+
+    # -- supervision ----------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Connect, serve, and reconnect with backoff; returns only when cancelled."""
+        delay = BACKOFF_INITIAL
+        errlog = self._open_errlog()
+        try:
+            while True:
+                began = time.monotonic()
+                await self._connect_once(errlog)
+                if time.monotonic() - began > BACKOFF_MAX:
+                    delay = BACKOFF_INITIAL  # it had been up a while: this is a fresh failure
+                log.warning("server down", server=self.name, error=self.error, retry_in_s=delay)
+                await anyio.sleep(delay)
+                delay = min(delay * 2, BACKOFF_MAX)
+        finally:
+            if errlog is not None:
+                errlog.close()
+
+    async def _connect_once(self, errlog: IO[str] | None) -> None:
+        ready = anyio.Event()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._session, errlog, ready)
+            with anyio.move_on_after(self._connect_timeout):
+                await ready.wait()
+            if not ready.is_set():
+                self.error = f"no answer within {self._connect_timeout:g} s"
+                tg.cancel_scope.cancel()
+            self.first_attempt.set()
+
+    async def _session(self, errlog: IO[str] | None, ready: anyio.Event) -> None:
+        self._lost = lost = anyio.Event()
+        began = time.perf_counter()
+        try:
+            async with AsyncExitStack() as stack:
+                transport = await self._transport(stack, errlog)
+                client = await stack.enter_async_context(
+                    Client(
+                        _watched(transport, lost),
+                        mode="legacy",
+                        cache=None,
+                        client_info=_CLIENT_INFO,
+                        message_handler=self._on_message,
+                    )
+                )
+                self.tools = await self._list_tools(client)
+                self._client = client
+                self.state = ServerState.UP
+                self.error = None
+                self.start_seconds = time.perf_counter() - began
+                self.connects += 1
+                ready.set()
+                log.info("server up", server=self.name, tools=len(self.tools), start_s=round(self.start_seconds, 3))
+                await self._on_tools_changed()
+                await self._serve(client, lost)
+        except Exception as exc:  # the supervisor is this server's error boundary
+            self.error = _describe(exc)
+        finally:
+            was_up = self._client is not None
+            self._client = None
+            self.state = ServerState.DOWN
+            ready.set()
+            if was_up:
+                with anyio.CancelScope(shield=True):
+                    await self._on_tools_changed()
+
+    async def _serve(self, client: Client, lost: anyio.Event) -> None:
+        """Keep the connection until it is lost, re-listing tools when the server says so."""
+        async with anyio.create_task_group() as tg:
+
+            async def watch() -> None:
+                await lost.wait()
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(watch)
+            while True:
+                await self._relist.wait()
+                self._relist = anyio.Event()
+                try:
+                    self.tools = await self._list_tools(client)
+                except MCPError as exc:
+                    log.warning("re-listing tools failed", server=self.name, error=_describe(exc))
+                    continue
+                await self._on_tools_changed()
+        if lost.is_set() and self.error is None:
+            self.error = "connection closed"
+
+    async def _on_message(self, message: IncomingMessage) -> None:
+        if isinstance(message, mcp_types.ToolListChangedNotification):
+            self._relist.set()  # re-list in the connection's task, not inside the message loop
+        elif isinstance(message, Exception):
+            log.debug("transport error", server=self.name, error=_describe(message))
+
+    async def _list_tools(self, client: Client) -> tuple[mcp_types.Tool, ...]:
+        """Every page of tools; a tool that does not parse is skipped, not the whole list.
+
+        `Client.list_tools` validates the page as a whole, so one tool with, say, a non-object
+        inputSchema would make the server look broken. Pages are read leniently here and each
+        tool is parsed on its own; the registry then checks each against both protocol eras.
+        """
+        tools: list[mcp_types.Tool] = []
+        cursor: str | None = None
+        for _ in range(_LIST_PAGES_MAX):
+            # `ClientSession.send_request` validates the page against the protocol surface as a
+            # whole before any result type sees it; the dispatcher hands back the raw page.
+            dispatcher = client.session._dispatcher  # noqa: SLF001 - no public raw-request API
+            raw_page = await dispatcher.send_raw_request("tools/list", {"cursor": cursor} if cursor else None, {})
+            page = _LenientToolsPage.model_validate(raw_page)
+            for raw in page.tools:
+                try:
+                    tools.append(mcp_types.Tool.model_validate(raw))
+                except ValidationError as exc:
+                    log.warning("tool skipped", server=self.name, tool=raw.get("name"), error=str(exc).splitlines()[0])
+            cursor = page.next_cursor
+            if cursor is None:
+                break
+        return tuple(tools)
+
+    async def _transport(self, stack: AsyncExitStack, errlog: IO[str] | None) -> Any:
+        cfg = self.config
+        if cfg.transport == "stdio":
+            assert cfg.command is not None
+            params = StdioServerParameters(command=cfg.command, args=list(cfg.args), env=cfg.env or None, cwd=cfg.cwd)
+            return stdio_client(params, errlog=errlog) if errlog is not None else stdio_client(params)
+        assert cfg.url is not None
+        if cfg.transport == "sse":
+            return sse_client(cfg.url, headers=cfg.headers or None)
+        http = await stack.enter_async_context(
+            httpx2.AsyncClient(headers=cfg.headers, timeout=httpx2.Timeout(30.0, read=300.0))
+        )
+        return streamable_http_client(cfg.url, http_client=http)
+
+    def _open_errlog(self) -> IO[str] | None:
+        if self._log_dir is None or self.config.transport != "stdio":
+            return None
+        self._log_dir.mkdir(parents=True, exist_ok=True)
+        path = self._log_dir / f"{self.name}.log"
+        # Line-buffered append: the child writes to the file descriptor directly.
+        fh = open(path, "a", buffering=1, encoding="utf-8")  # noqa: SIM115 - closed in run()
+        fh.write(f"--- toolscore: starting '{self.name}' (pid {os.getpid()}) ---\n")
+        return fh

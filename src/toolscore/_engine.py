@@ -1,0 +1,340 @@
+"""The ToolExecutionEngine: every downstream call, in four phases, with one audit record.
+
+Theory of operation. `execute()` walks a call through
+
+1. **pre_validation**: the tool is routed, its server is connected, the arguments validate
+   against the tool's inputSchema (an invalid call never reaches the downstream);
+2. **pre_execution**: the constraint hooks, in config order, only when constraints are enabled.
+   A hook raises `Rejected` to refuse the call, or returns a result to answer in its place;
+3. **execution**: the downstream call under a deadline (the call's, else the server's, else the
+   gateway default). Expiry cancels the awaiting scope, and the SDK sends the downstream
+   `notifications/cancelled`;
+4. **post_execution**: the post hooks, token accounting, the slow-call warning.
+
+Any `ToolscoreError` moves the call to **error_handling**, where it becomes a tool error result
+(`isError: true`) with a message a model can act on. Every path, a cancellation by the front
+client included, ends by writing exactly one audit record. The hook chains are fixed when the
+engine is built; nothing is resolved per call.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any, Protocol
+
+import anyio
+import mcp_types
+import structlog
+
+from toolscore._audit import AuditRecord, AuditSink
+from toolscore._registry import Route
+from toolscore._tokens import arguments_tokens, result_tokens
+from toolscore.config import Config
+from toolscore.errors import (
+    CallTimeout,
+    DownstreamUnavailable,
+    InvalidArguments,
+    Rejected,
+    ToolNotFound,
+    ToolscoreError,
+)
+from toolscore.types import Arguments, CallDownstream, ProgressFn, ToolSource
+
+__all__ = [
+    "DEFAULT_OUTPUT_TOKENS",
+    "ExecutionContext",
+    "ExecutionPhase",
+    "PostExecutionHook",
+    "PreExecutionHook",
+    "ToolExecutionEngine",
+    "error_result",
+]
+
+log = structlog.get_logger("toolscore.engine")
+
+DEFAULT_OUTPUT_TOKENS = 256
+"""Predicted result size of a tool never called before; later calls use a running average."""
+_EMA_WEIGHT = 0.3
+_call_ids = itertools.count(1)
+_process_tag = f"{os.getpid():x}"
+
+
+class ExecutionPhase(StrEnum):
+    """Where a call is, or where it stopped."""
+
+    PRE_VALIDATION = "pre_validation"
+    PRE_EXECUTION = "pre_execution"
+    EXECUTION = "execution"
+    POST_EXECUTION = "post_execution"
+    ERROR_HANDLING = "error_handling"
+
+
+@dataclass(kw_only=True)
+class ExecutionContext:
+    """One call as it moves through the engine; hooks read and annotate it."""
+
+    call_id: str
+    tool: str
+    arguments: Arguments
+    request_id: str | None = None
+    plan_id: str | None = None
+    """The plan this call is a step of (`orchestrate`), else None."""
+    route: Route | None = None
+    phase: ExecutionPhase = ExecutionPhase.PRE_VALIDATION
+    started: float = field(default_factory=time.perf_counter)
+    ended: float | None = None
+    started_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+    violations: list[str] = field(default_factory=list)
+    should_batch: bool = False
+    """Set by a batching hook when this call may share one downstream call with identical ones."""
+    batched: bool = False
+    answered_by: str | None = None
+    result: mcp_types.CallToolResult | None = None
+    error: ToolscoreError | None = None
+    cancelled: bool = False
+    estimated_tokens: int | None = None
+    actual_tokens: int | None = None
+
+    @property
+    def server(self) -> str | None:
+        """The downstream server, once the tool is routed."""
+        return self.route.server if self.route else None
+
+    @property
+    def duration(self) -> float:
+        """Seconds from start to end (or to now, while running)."""
+        return (self.ended if self.ended is not None else time.perf_counter()) - self.started
+
+    @property
+    def success(self) -> bool:
+        """The call produced a result and the tool did not report an error."""
+        return self.error is None and not self.cancelled and self.result is not None and not self.result.is_error
+
+    @property
+    def token_estimation_accuracy(self) -> float | None:
+        """min/max of estimated and actual tokens: 1.0 is a perfect estimate."""
+        if not self.estimated_tokens or not self.actual_tokens:
+            return None
+        return min(self.estimated_tokens, self.actual_tokens) / max(self.estimated_tokens, self.actual_tokens)
+
+    def to_audit_record(self, *, include_arguments: bool = False) -> AuditRecord:
+        """The audit record of this call."""
+        if self.cancelled:
+            kind, message = "cancelled", "cancelled by the client"
+        elif self.error is not None:
+            kind, message = self.error.kind, str(self.error)
+        else:
+            kind, message = ("tool_error", None) if self.result is not None and self.result.is_error else (None, None)
+        return AuditRecord(
+            time=self.started_at,
+            call_id=self.call_id,
+            request_id=self.request_id,
+            plan_id=self.plan_id,
+            tool=self.tool,
+            server=self.server,
+            remote_tool=self.route.remote_name if self.route else None,
+            phase=self.phase.value,
+            duration_ms=round(self.duration * 1000, 3),
+            success=self.success,
+            error_kind=kind,
+            error=message,
+            estimated_tokens=self.estimated_tokens,
+            actual_tokens=self.actual_tokens,
+            violations=tuple(self.violations),
+            batched=self.batched,
+            answered_by=self.answered_by,
+            argument_names=tuple(self.arguments),
+            arguments=self.arguments if include_arguments else None,
+        )
+
+
+class PreExecutionHook(Protocol):
+    """A constraint hook (phase 2).
+
+    Raise `toolscore.errors.Rejected` to refuse the call (the reason goes to the model and the
+    audit log), return a `CallToolResult` to answer in place of the downstream call, or return
+    None to let the call go on. Hooks may annotate `ctx` (violations, should_batch).
+    """
+
+    name: str
+
+    async def __call__(self, ctx: ExecutionContext) -> mcp_types.CallToolResult | None: ...
+
+
+class PostExecutionHook(Protocol):
+    """A post-execution hook (phase 4): sees, and may replace, the downstream result."""
+
+    name: str
+
+    async def __call__(self, ctx: ExecutionContext, result: mcp_types.CallToolResult) -> mcp_types.CallToolResult: ...
+
+
+def error_result(message: str) -> mcp_types.CallToolResult:
+    """A tool error result carrying `message` for the model."""
+    return mcp_types.CallToolResult(content=[mcp_types.TextContent(text=message)], is_error=True)
+
+
+def _describe_schema_error(err: Any) -> str:
+    where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err.absolute_path).lstrip(".")
+    return f"{where or '(top level)'}: {err.message}"
+
+
+class ToolExecutionEngine:
+    """Runs every downstream call through the four phases and audits it."""
+
+    def __init__(
+        self,
+        *,
+        tools: ToolSource,
+        call: CallDownstream,
+        config: Config,
+        audit: AuditSink,
+        pre_hooks: Sequence[PreExecutionHook] = (),
+        post_hooks: Sequence[PostExecutionHook] = (),
+    ) -> None:
+        self._tools = tools
+        self._call = call
+        self._config = config
+        self._audit = audit
+        # Constraint hooks are behind the feature flag; the chain is fixed here, once.
+        self._pre: tuple[PreExecutionHook, ...] = tuple(pre_hooks) if config.constraints.enabled else ()
+        self._post: tuple[PostExecutionHook, ...] = tuple(post_hooks)
+        self._predicted_output: dict[str, float] = {}
+
+    async def execute(
+        self,
+        tool: str,
+        arguments: Arguments | None = None,
+        *,
+        request_id: str | int | None = None,
+        plan_id: str | None = None,
+        timeout: float | None = None,
+        progress: ProgressFn | None = None,
+    ) -> ExecutionContext:
+        """Run one call; never raises for anything a model could cause.
+
+        Args:
+            tool: The public tool name.
+            arguments: The call's arguments (None is `{}`).
+            request_id: The front request this call serves, for the audit log.
+            plan_id: The plan this call is a step of.
+            timeout: Seconds for this call, overriding the server's timeout.
+            progress: Receives the downstream's progress notifications.
+
+        Returns:
+            The finished context; `ctx.result` is always set (an error result on failure).
+        """
+        ctx = ExecutionContext(
+            call_id=f"{_process_tag}-{next(_call_ids)}",
+            tool=tool,
+            arguments=dict(arguments or {}),
+            request_id=None if request_id is None else str(request_id),
+            plan_id=plan_id,
+        )
+        try:
+            ctx.result = await self._run(ctx, timeout, progress)
+        except ToolscoreError as exc:
+            ctx.error = exc
+            ctx.phase = ExecutionPhase.ERROR_HANDLING
+            ctx.result = error_result(str(exc))
+        except anyio.get_cancelled_exc_class():
+            ctx.cancelled = True
+            self._finish(ctx)
+            raise
+        except Exception as exc:
+            # A bug in toolscore or a hook: audit it, and let the front's boundary answer it.
+            ctx.error = ToolscoreError(f"internal error: {type(exc).__name__}")
+            self._finish(ctx)
+            raise
+        self._finish(ctx)
+        return ctx
+
+    async def _run(
+        self, ctx: ExecutionContext, timeout: float | None, progress: ProgressFn | None
+    ) -> mcp_types.CallToolResult:
+        # 1. pre-validation
+        route = self._validate(ctx)
+        ctx.route = route
+        input_tokens = arguments_tokens(ctx.arguments)
+        ctx.estimated_tokens = input_tokens + round(self._predicted_output.get(ctx.tool, DEFAULT_OUTPUT_TOKENS))
+
+        # 2. pre-execution: constraint hooks
+        ctx.phase = ExecutionPhase.PRE_EXECUTION
+        result: mcp_types.CallToolResult | None = None
+        for hook in self._pre:
+            try:
+                result = await hook(ctx)
+            except Rejected as exc:
+                ctx.violations.append(f"{exc.hook}: {exc.reason}")
+                raise
+            if result is not None:
+                ctx.answered_by = hook.name
+                break
+
+        # 3. execution
+        if result is None:
+            ctx.phase = ExecutionPhase.EXECUTION
+            deadline = timeout if timeout is not None else self._config.server_timeout(route.server)
+            try:
+                with anyio.fail_after(deadline):
+                    result = await self._call(route.server, route.remote_name, ctx.arguments, progress=progress)
+            except TimeoutError:
+                raise CallTimeout(
+                    f"Tool '{ctx.tool}' did not answer within {deadline:g} s; the call was cancelled on "
+                    f"server '{route.server}'."
+                ) from None
+
+        # 4. post-execution
+        ctx.phase = ExecutionPhase.POST_EXECUTION
+        for post in self._post:
+            result = await post(ctx, result)
+        output_tokens = result_tokens(result)
+        ctx.actual_tokens = input_tokens + output_tokens
+        previous = self._predicted_output.get(ctx.tool)
+        self._predicted_output[ctx.tool] = (
+            output_tokens if previous is None else previous + _EMA_WEIGHT * (output_tokens - previous)
+        )
+        return result
+
+    def _validate(self, ctx: ExecutionContext) -> Route:
+        registry = self._tools.registry
+        route = registry.get(ctx.tool)
+        if route is None:
+            known = ", ".join(registry.servers) or "none connected"
+            raise ToolNotFound(
+                f"Unknown tool '{ctx.tool}'. Servers: {known}. Tools are named '<server>"
+                f"{self._config.settings.separator}<tool>'; list them with tools/list."
+            )
+        if (reason := self._tools.unavailable_reason(route.server)) is not None:
+            raise DownstreamUnavailable(
+                f"Server '{route.server}' is not available ({reason}); tool '{ctx.tool}' was not called.",
+                server=route.server,
+            )
+        errors = sorted(route.validator.iter_errors(ctx.arguments), key=lambda e: list(map(str, e.absolute_path)))
+        if errors:
+            raise InvalidArguments(ctx.tool, [_describe_schema_error(e) for e in errors])
+        return route
+
+    def _finish(self, ctx: ExecutionContext) -> None:
+        ctx.ended = time.perf_counter()
+        record = ctx.to_audit_record(include_arguments=self._config.settings.audit.include_arguments)
+        self._audit.write(record)
+        fields = {
+            "tool": ctx.tool,
+            "server": ctx.server,
+            "ms": record.duration_ms,
+            "ok": record.success,
+            "phase": record.phase,
+        }
+        if ctx.duration >= self._config.settings.slow_call_seconds:
+            log.warning("slow call", threshold_s=self._config.settings.slow_call_seconds, **fields)
+        elif record.error_kind is not None:
+            log.info("call failed", error_kind=record.error_kind, error=record.error, **fields)
+        else:
+            log.debug("call", **fields)

@@ -1,0 +1,128 @@
+"""The immutable index of exposed tools: public name -> (server, downstream tool); pure.
+
+Rebuilt from scratch whenever a server's tool list changes; a rebuild is cheap next to the
+`tools/list` round trip that caused it, and an immutable index needs no locking on the call path.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import mcp_types
+from jsonschema.exceptions import SchemaError
+from jsonschema.protocols import Validator
+from jsonschema.validators import validator_for
+from mcp_types import methods
+from mcp_types.version import LATEST_HANDSHAKE_VERSION, LATEST_MODERN_VERSION
+from pydantic import ValidationError
+
+from toolscore._naming import public_name
+from toolscore.config import Config
+
+__all__ = ["Registry", "Route", "build_registry"]
+
+# Results are re-validated per negotiated version by the SDK: one tool that fails there would
+# fail the whole tools/list, so every tool is checked against both protocol eras up front.
+_CHECK_VERSIONS = (LATEST_HANDSHAKE_VERSION, LATEST_MODERN_VERSION)
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """Where one exposed tool goes."""
+
+    public_name: str
+    server: str
+    remote_name: str
+    tool: mcp_types.Tool
+    """The tool as exposed: the downstream definition verbatim except for `name`."""
+    validator: Validator = field(repr=False, compare=False)
+    """The compiled inputSchema, built once here rather than per call."""
+
+
+@dataclass(frozen=True, slots=True)
+class Registry:
+    """Every routed tool plus what went wrong while building the index."""
+
+    routes: Mapping[str, Route] = field(default_factory=dict)
+    problems: tuple[str, ...] = ()
+    servers: tuple[str, ...] = ()
+
+    def get(self, name: str) -> Route | None:
+        """The route for a public tool name, if any."""
+        return self.routes.get(name)
+
+    def tools(self) -> list[mcp_types.Tool]:
+        """The exposed tool definitions, in server then downstream order."""
+        return [r.tool for r in self.routes.values()]
+
+
+def _selected(name: str, allow: Sequence[str] | None, deny: Sequence[str]) -> bool:
+    if any(fnmatch.fnmatchcase(name, p) for p in deny):
+        return False
+    return allow is None or any(fnmatch.fnmatchcase(name, p) for p in allow)
+
+
+def _schema_problem(tool: mcp_types.Tool) -> str | None:
+    """Why a client would refuse this tool definition, or None if it is fine."""
+    dump: dict[str, Any] = mcp_types.ListToolsResult(tools=[tool]).model_dump(
+        by_alias=True, mode="json", exclude_none=True
+    )
+    for version in _CHECK_VERSIONS:
+        try:
+            methods.serialize_server_result("tools/list", version, dump)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            return f"invalid for protocol {version}: {'.'.join(str(p) for p in err['loc'][2:])}: {err['msg']}"
+    try:
+        validator_for(tool.input_schema).check_schema(tool.input_schema)
+    except SchemaError as exc:
+        return f"inputSchema is not a valid JSON Schema: {exc.message}"
+    return None
+
+
+def _compile(schema: Mapping[str, Any]) -> Validator:
+    cls = validator_for(schema)
+    return cls(schema)
+
+
+def build_registry(server_tools: Mapping[str, Sequence[mcp_types.Tool]], config: Config) -> Registry:
+    """Index the tools of every connected server.
+
+    Args:
+        server_tools: Each connected server's tools, as it listed them; servers in config order.
+        config: Filters, renames, prefixes and the separator.
+
+    Returns:
+        The index. Collisions keep the first server in config order; every skipped, shortened or
+        colliding tool is described in `problems`.
+    """
+    routes: dict[str, Route] = {}
+    problems: list[str] = []
+    separator = config.settings.separator
+    order = [name for name in config.servers if name in server_tools]
+    for server in order:
+        cfg = config.servers[server]
+        prefix = server if cfg.prefix is None else cfg.prefix
+        for tool in server_tools[server]:
+            if not _selected(tool.name, cfg.tools.allow, cfg.tools.deny):
+                continue
+            exposed = cfg.tools.rename.get(tool.name, tool.name)
+            name, shortened = public_name(prefix, exposed, separator)
+            if shortened:
+                problems.append(f"server '{server}' tool '{tool.name}' is exposed as '{name}' (shortened to 64)")
+            if (other := routes.get(name)) is not None:
+                problems.append(
+                    f"name collision: '{name}' from server '{server}' (tool '{tool.name}') is already taken by"
+                    f" server '{other.server}' (tool '{other.remote_name}'); kept '{other.server}'. Fix: give one"
+                    f' server a different "prefix" or add "tools": {{"rename": {{"{tool.name}": "new_name"}}}}'
+                )
+                continue
+            exposed_tool = tool.model_copy(update={"name": name})
+            if (problem := _schema_problem(exposed_tool)) is not None:
+                problems.append(f"server '{server}' tool '{tool.name}' skipped: {problem}")
+                continue
+            routes[name] = Route(name, server, tool.name, exposed_tool, _compile(tool.input_schema))
+    return Registry(routes=routes, problems=tuple(problems), servers=tuple(order))

@@ -1,0 +1,114 @@
+"""The front MCP server: every routed tool as a passthrough, over both protocol eras.
+
+This module is toolscore's one error boundary toward clients. Anticipated failures are already
+tool error results when the engine returns; anything else (a bug) is logged with its traceback
+and answered with a generic tool error, never a JSON-RPC error or a traceback.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import mcp_types
+import structlog
+from mcp.server import NotificationOptions, Server, ServerRequestContext
+from mcp.server.models import InitializationOptions
+from mcp.server.session import ServerSession
+from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
+
+from toolscore._engine import ToolExecutionEngine, error_result
+from toolscore._hub import DownstreamHub
+from toolscore._version import __version__
+from toolscore.types import ProgressFn
+
+__all__ = ["FrontServer", "build_server"]
+
+log = structlog.get_logger("toolscore.server")
+
+INSTRUCTIONS = (
+    "toolscore is a gateway: each tool here belongs to a downstream MCP server and is named "
+    "'<server><separator><tool>'. Calls are validated, checked against policy, timed and audited."
+)
+
+
+class FrontServer(Server[Any]):
+    """A lowlevel Server that always advertises `tools.listChanged`.
+
+    The HTTP and in-memory runners call `create_initialization_options()` with no arguments,
+    which would advertise `listChanged: false`.
+    """
+
+    def create_initialization_options(
+        self,
+        notification_options: NotificationOptions | None = None,
+        experimental_capabilities: dict[str, dict[str, Any]] | None = None,
+        extensions: dict[str, dict[str, Any]] | None = None,
+    ) -> InitializationOptions:
+        return super().create_initialization_options(
+            notification_options or NotificationOptions(tools_changed=True),
+            experimental_capabilities,
+            extensions,
+        )
+
+
+def build_server(hub: DownstreamHub, engine: ToolExecutionEngine) -> FrontServer:
+    """The front server over `hub`'s tools, calling through `engine`."""
+    sessions: dict[int, ServerSession] = {}
+    bus = InMemorySubscriptionBus()
+
+    async def list_tools(
+        ctx: ServerRequestContext[Any], params: mcp_types.PaginatedRequestParams | None
+    ) -> mcp_types.ListToolsResult:
+        return mcp_types.ListToolsResult(tools=hub.registry.tools())
+
+    async def call_tool(
+        ctx: ServerRequestContext[Any], params: mcp_types.CallToolRequestParams
+    ) -> mcp_types.CallToolResult:
+        progress: ProgressFn | None = None
+        if ctx.meta is not None and ctx.meta.get("progress_token") is not None:
+            session = ctx.session
+
+            async def forward_progress(value: float, total: float | None, message: str | None) -> None:
+                await session.report_progress(value, total, message)
+
+            progress = forward_progress
+        try:
+            run = await engine.execute(params.name, params.arguments, request_id=ctx.request_id, progress=progress)
+        except Exception:
+            log.exception("internal error", tool=params.name)
+            return error_result(f"Error executing tool {params.name}: internal gateway error (see the gateway log).")
+        assert run.result is not None
+        return run.result
+
+    def input_schema(name: str) -> dict[str, Any] | None:
+        route = hub.registry.get(name)
+        return route.tool.input_schema if route else None
+
+    server = FrontServer(
+        "toolscore",
+        version=__version__,
+        instructions=INSTRUCTIONS,
+        on_list_tools=list_tools,
+        on_call_tool=call_tool,
+        on_subscriptions_listen=ListenHandler(bus),
+        get_tool_input_schema=input_schema,
+    )
+
+    async def on_initialized(ctx: ServerRequestContext[Any], params: mcp_types.NotificationParams) -> None:
+        # Once per handshake-era connection: remember it to push tools/list_changed later.
+        connection = ctx.session._connection  # the SDK exposes no public handle for this
+        sessions[id(connection)] = ctx.session
+        connection.exit_stack.callback(sessions.pop, id(connection), None)
+
+    server.add_notification_handler("notifications/initialized", mcp_types.NotificationParams, on_initialized)
+
+    async def tools_changed() -> None:
+        for session in list(sessions.values()):
+            try:
+                await session.send_tool_list_changed()
+            except Exception as exc:  # a peer that went away must not stop the others
+                log.debug("list_changed not delivered", error=str(exc))
+        await bus.publish(ToolsListChanged())
+
+    hub.add_listener(tools_changed)
+    return server

@@ -1,0 +1,301 @@
+"""servers.json: Claude Desktop's `mcpServers` shape plus toolscore's own options; pure.
+
+A config file looks like::
+
+    {
+      "mcpServers": {
+        "files": {"command": "mcp-server-filesystem", "args": ["${HOME}/src"], "timeout": 30},
+        "web":   {"type": "http", "url": "http://127.0.0.1:9000/mcp", "headers": {"Authorization": "Bearer ${TOKEN}"}}
+      },
+      "toolscore": {"separator": "__", "default_timeout": 60},
+      "constraints": {"enabled": false}
+    }
+
+VS Code's top-level `servers` is accepted in place of `mcpServers`. Strings may use `${VAR}` and
+`${VAR:-default}`; `${TOOLSCORE_CONFIG_DIR}` is the directory holding the file. Keys other clients
+put in a server entry are kept and ignored; toolscore's own sections reject unknown keys, so a
+typo there is an error rather than a silently ignored setting.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from toolscore.errors import ConfigError
+
+__all__ = [
+    "DEFAULT_CONNECT_TIMEOUT",
+    "DEFAULT_SEPARATOR",
+    "DEFAULT_SLOW_CALL_SECONDS",
+    "DEFAULT_TIMEOUT",
+    "AuditConfig",
+    "Config",
+    "ConstraintsConfig",
+    "GatewaySettings",
+    "ServerConfig",
+    "ToolFilter",
+    "default_config_path",
+    "load_config",
+    "parse_config",
+    "state_dir",
+]
+
+DEFAULT_TIMEOUT = 60.0
+"""Seconds a downstream call may take when neither the server nor the call sets a timeout."""
+DEFAULT_CONNECT_TIMEOUT = 30.0
+"""Seconds a server gets to spawn/connect and list its tools before it is marked down."""
+DEFAULT_SEPARATOR = "__"
+"""Between the server prefix and the tool name: `files__read_file`."""
+DEFAULT_SLOW_CALL_SECONDS = 5.0
+"""Calls slower than this are logged as slow."""
+
+_MASK = "***"
+_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+CONFIG_DIR_VAR = "TOOLSCORE_CONFIG_DIR"
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ToolFilter(_Frozen):
+    """Which of a server's tools are exposed, and under which names."""
+
+    allow: tuple[str, ...] | None = None
+    """Glob patterns over the downstream tool names; only matches are exposed (None: all)."""
+    deny: tuple[str, ...] = ()
+    """Glob patterns over the downstream tool names that are never exposed (wins over allow)."""
+    rename: dict[str, str] = Field(default_factory=dict)
+    """Downstream tool name -> exposed tool name (before the server prefix is added)."""
+
+
+class ServerConfig(BaseModel):
+    """One downstream server: stdio (`command`) or HTTP/SSE (`url`)."""
+
+    # Other MCP clients put their own keys here; they are kept and ignored.
+    model_config = ConfigDict(frozen=True, extra="allow")
+
+    name: str
+    type: Literal["stdio", "http", "streamable-http", "streamableHttp", "sse"] | None = None
+    command: str | None = None
+    args: tuple[str, ...] = ()
+    env: dict[str, str] = Field(default_factory=dict)
+    cwd: str | None = None
+    url: str | None = None
+    headers: dict[str, str] = Field(default_factory=dict)
+    # toolscore's own per-server options
+    disabled: bool = False
+    timeout: float | None = Field(default=None, gt=0)
+    """Seconds a call may take on this server (default: the gateway's `default_timeout`)."""
+    connect_timeout: float | None = Field(default=None, gt=0)
+    tools: ToolFilter = Field(default_factory=ToolFilter)
+    prefix: str | None = None
+    """Namespace for this server's tools (default: the server name); "" exposes them unprefixed."""
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> ServerConfig:
+        if self.command is None and self.url is None:
+            raise ValueError("needs either 'command' (stdio) or 'url' (http/sse)")
+        if self.command is not None and self.url is not None:
+            raise ValueError("has both 'command' and 'url': keep one")
+        if self.url is not None and self.type == "stdio":
+            raise ValueError("type 'stdio' needs 'command', not 'url'")
+        if self.command is not None and self.type not in (None, "stdio"):
+            raise ValueError(f"type '{self.type}' needs 'url', not 'command'")
+        return self
+
+    @property
+    def transport(self) -> Literal["stdio", "http", "sse"]:
+        """The transport in use, normalised over the spellings different clients write."""
+        if self.command is not None:
+            return "stdio"
+        return "sse" if self.type == "sse" else "http"
+
+    def __repr_args__(self) -> Any:
+        # Environment values and headers hold credentials: never print them.
+        for key, value in super().__repr_args__():
+            if key in ("env", "headers") and isinstance(value, dict):
+                yield key, dict.fromkeys(value, _MASK)
+            else:
+                yield key, value
+
+
+class AuditConfig(_Frozen):
+    """Where the audit log goes and what it keeps."""
+
+    path: str | None = None
+    """JSON Lines file (default: `<state dir>/audit.jsonl`); "" turns the file off."""
+    include_arguments: bool = False
+    """Record argument values, not just their names (arguments can hold secrets)."""
+
+
+class ConstraintsConfig(_Frozen):
+    """The constraint-hook phase of the engine; off unless enabled."""
+
+    enabled: bool = False
+
+
+class GatewaySettings(_Frozen):
+    """The `toolscore` section: gateway-wide options."""
+
+    separator: str = Field(default=DEFAULT_SEPARATOR, pattern=r"^[A-Za-z0-9_-]{1,4}$")
+    default_timeout: float = Field(default=DEFAULT_TIMEOUT, gt=0)
+    connect_timeout: float = Field(default=DEFAULT_CONNECT_TIMEOUT, gt=0)
+    slow_call_seconds: float = Field(default=DEFAULT_SLOW_CALL_SECONDS, gt=0)
+    log_dir: str | None = None
+    """Where each server's stderr log goes (default: `<state dir>/logs`)."""
+    audit: AuditConfig = Field(default_factory=AuditConfig)
+
+
+class Config(_Frozen):
+    """A whole validated servers.json."""
+
+    servers: dict[str, ServerConfig] = Field(default_factory=dict)
+    settings: GatewaySettings = Field(default_factory=GatewaySettings)
+    constraints: ConstraintsConfig = Field(default_factory=ConstraintsConfig)
+    path: Path | None = None
+
+    @property
+    def enabled_servers(self) -> list[ServerConfig]:
+        """Servers not marked `disabled`, in file order."""
+        return [s for s in self.servers.values() if not s.disabled]
+
+    def server_timeout(self, server: str) -> float:
+        """The call timeout for `server`: its own, else the gateway default."""
+        own = self.servers[server].timeout
+        return own if own is not None else self.settings.default_timeout
+
+    def server_connect_timeout(self, server: str) -> float:
+        """The connect timeout for `server`: its own, else the gateway default."""
+        own = self.servers[server].connect_timeout
+        return own if own is not None else self.settings.connect_timeout
+
+
+def _loc(parts: tuple[int | str, ...] | list[int | str]) -> str:
+    out = ""
+    for part in parts:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _expand(value: Any, env: Mapping[str, str], where: list[int | str], source: str | None) -> Any:
+    """Expand `${VAR}` / `${VAR:-default}` in every string of a JSON value."""
+    if isinstance(value, str):
+
+        def sub(match: re.Match[str]) -> str:
+            name, default = match.group(1), match.group(2)
+            if name in env:
+                return env[name]
+            if default is not None:
+                return default
+            raise ConfigError(
+                f"environment variable {name} is not set (write ${{{name}:-default}} for a fallback)",
+                path=source,
+                field=_loc(where),
+            )
+
+        return _VAR.sub(sub, value)
+    if isinstance(value, list):
+        return [_expand(v, env, [*where, i], source) for i, v in enumerate(value)]
+    if isinstance(value, dict):
+        return {k: _expand(v, env, [*where, k], source) for k, v in value.items()}
+    return value
+
+
+def _validate(model: type[BaseModel], data: Any, where: list[int | str], source: str | None) -> Any:
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        loc = [*where, *(p for p in first["loc"] if p != "name")]
+        more = f" (and {exc.error_count() - 1} more problem(s))" if exc.error_count() > 1 else ""
+        raise ConfigError(first["msg"] + more, path=source, field=_loc(loc)) from None
+
+
+def parse_config(data: Any, *, source: str | None = None, env: Mapping[str, str] | None = None) -> Config:
+    """Validate an already-decoded servers.json document.
+
+    Args:
+        data: The decoded JSON.
+        source: The file name, used in error messages.
+        env: Variables for `${VAR}` expansion (default: the process environment).
+
+    Raises:
+        ConfigError: naming `source` and the JSON path of the first problem.
+    """
+    variables = dict(os.environ if env is None else env)
+    if source is not None:
+        variables.setdefault(CONFIG_DIR_VAR, str(Path(source).resolve().parent))
+    if not isinstance(data, dict):
+        raise ConfigError("the top level must be a JSON object", path=source)
+    if "mcpServers" in data and "servers" in data:
+        raise ConfigError("has both 'mcpServers' and 'servers': keep one", path=source)
+    key = "servers" if "servers" in data else "mcpServers"
+    raw_servers = data.get(key, {})
+    if not isinstance(raw_servers, dict):
+        raise ConfigError("must be an object mapping server names to entries", path=source, field=key)
+
+    servers: dict[str, ServerConfig] = {}
+    for name, raw in raw_servers.items():
+        where: list[int | str] = [key, name]
+        if not name.strip():
+            raise ConfigError("server names must not be empty", path=source, field=key)
+        if not isinstance(raw, dict):
+            raise ConfigError("must be an object", path=source, field=_loc(where))
+        # A disabled entry may name variables that are not set on this machine.
+        entry = raw if raw.get("disabled") is True else _expand(raw, variables, where, source)
+        servers[name] = _validate(ServerConfig, {**entry, "name": name}, where, source)
+
+    settings = _validate(
+        GatewaySettings, _expand(data.get("toolscore", {}), variables, ["toolscore"], source), ["toolscore"], source
+    )
+    constraints = _validate(ConstraintsConfig, data.get("constraints", {}), ["constraints"], source)
+    return Config(
+        servers=servers,
+        settings=settings,
+        constraints=constraints,
+        path=Path(source).resolve() if source else None,
+    )
+
+
+def load_config(path: str | os.PathLike[str], *, env: Mapping[str, str] | None = None) -> Config:
+    """Read and validate a servers.json file.
+
+    Raises:
+        ConfigError: the file is missing, is not JSON, or does not validate.
+    """
+    source = os.fspath(path)
+    try:
+        text = Path(source).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read the file ({exc.strerror})", path=source) from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}", path=source) from None
+    return parse_config(data, source=source, env=env)
+
+
+def _user_dir(xdg_var: str, fallback: str) -> Path:
+    base = os.environ.get(xdg_var)
+    return Path(base) if base else Path.home() / fallback
+
+
+def default_config_path(cwd: Path | None = None) -> Path:
+    """`./servers.json` if it exists, else the user's `toolscore/servers.json` config file."""
+    local = (cwd or Path.cwd()) / "servers.json"
+    if local.is_file():
+        return local
+    return _user_dir("XDG_CONFIG_HOME", ".config") / "toolscore" / "servers.json"
+
+
+def state_dir() -> Path:
+    """Where logs and the audit file go by default (`$XDG_STATE_HOME/toolscore`)."""
+    return _user_dir("XDG_STATE_HOME", ".local/state") / "toolscore"

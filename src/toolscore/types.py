@@ -1,0 +1,42 @@
+"""Aliases and protocols shared across toolscore's modules."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+import mcp_types
+
+from toolscore._registry import Registry
+
+__all__ = ["Arguments", "CallDownstream", "ProgressFn", "ToolSource"]
+
+Arguments = dict[str, Any]
+"""A tool call's arguments: always a JSON object."""
+
+ProgressFn = Callable[[float, float | None, str | None], Awaitable[None]]
+"""`(progress, total, message)`, as MCP progress notifications carry them."""
+
+
+class CallDownstream(Protocol):
+    """The engine's one I/O seam: send a call to a server and return its result verbatim.
+
+    Raises `DownstreamError` (or a subclass) when the server cannot answer.
+    """
+
+    async def __call__(
+        self, server: str, tool: str, arguments: Arguments, *, progress: ProgressFn | None
+    ) -> mcp_types.CallToolResult: ...
+
+
+class ToolSource(Protocol):
+    """What the engine needs to know about the downstream servers before a call."""
+
+    @property
+    def registry(self) -> Registry:
+        """The current index of exposed tools."""
+        ...
+
+    def unavailable_reason(self, server: str) -> str | None:
+        """Why `server` cannot take calls right now, or None when it is connected."""
+        ...
