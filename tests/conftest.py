@@ -1,0 +1,46 @@
+"""Shared test helpers: fixture-server configs and a running gateway over them."""
+
+from __future__ import annotations
+
+import socket
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from toolscore import Config, Gateway, MemoryAuditSink, open_gateway, parse_config
+
+FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURE_SERVER = str(FIXTURES / "fixture_server.py")
+RAW_SERVER = str(FIXTURES / "raw_server.py")
+
+
+@pytest.fixture(scope="session")
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def fixture_entry(state_dir: Path, **extra: Any) -> dict[str, Any]:
+    """A servers.json entry running the fixture server over stdio."""
+    env = {"FIXTURE_STATE_DIR": str(state_dir), **extra.pop("env", {})}
+    return {"command": sys.executable, "args": [FIXTURE_SERVER], "env": env, **extra}
+
+
+def make_config(servers: dict[str, dict[str, Any]], **sections: Any) -> Config:
+    return parse_config({"mcpServers": servers, **sections})
+
+
+@asynccontextmanager
+async def running_gateway(config: Config, tmp_path: Path) -> AsyncIterator[tuple[Gateway, MemoryAuditSink]]:
+    sink = MemoryAuditSink()
+    async with open_gateway(config, audit=sink, log_dir=tmp_path / "logs") as gw:
+        yield gw, sink
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])

@@ -1,0 +1,180 @@
+"""The ToolExecutionEngine on its own: phases, hooks, validation, deadlines, audit.
+
+The downstream here is a small in-process fake of the I/O seam (`CallDownstream`); the engine is
+the code under test. End-to-end behaviour over real servers is in test_passthrough.py.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import mcp_types
+import pytest
+
+from tests.conftest import make_config
+from toolscore import ExecutionContext, MemoryAuditSink, ToolExecutionEngine
+from toolscore._registry import Registry, build_registry
+from toolscore.errors import Rejected
+from toolscore.types import Arguments, ProgressFn
+
+pytestmark = pytest.mark.anyio
+
+SCHEMA = {"type": "object", "properties": {"n": {"type": "integer"}, "s": {"type": "string"}}, "required": ["n"]}
+
+
+class FakeServers:
+    """One server 'srv' with tools 'calc' and 'slow'; records what reached it."""
+
+    def __init__(self) -> None:
+        tools = [mcp_types.Tool(name="calc", input_schema=SCHEMA), mcp_types.Tool(name="slow", input_schema=SCHEMA)]
+        self.registry: Registry = build_registry({"srv": tools}, make_config({"srv": {"command": "x"}}))
+        self.down: str | None = None
+        self.calls: list[tuple[str, Arguments]] = []
+        self.cancelled = anyio.Event()
+
+    def unavailable_reason(self, server: str) -> str | None:
+        return self.down
+
+    async def __call__(
+        self, server: str, tool: str, arguments: Arguments, *, progress: ProgressFn | None
+    ) -> mcp_types.CallToolResult:
+        self.calls.append((tool, arguments))
+        if tool == "slow":
+            try:
+                await anyio.sleep(10)
+            except anyio.get_cancelled_exc_class():
+                self.cancelled.set()
+                raise
+        return mcp_types.CallToolResult(content=[mcp_types.TextContent(text="x" * 400)])
+
+
+class Recorder:
+    def __init__(self, name: str, log: list[str], *, reject: bool = False, answer: bool = False) -> None:
+        self.name = name
+        self.log = log
+        self.reject = reject
+        self.answer = answer
+
+    async def __call__(self, ctx: ExecutionContext, result: Any = None) -> Any:
+        self.log.append(f"{self.name}:{ctx.phase.value}")
+        if self.reject:
+            raise Rejected("n is too large", hook=self.name)
+        if self.answer:
+            return mcp_types.CallToolResult(content=[mcp_types.TextContent(text="from hook")])
+        return result
+
+
+def engine(servers: FakeServers, *, constraints: bool = True, **kwargs: Any) -> tuple[ToolExecutionEngine, MemoryAuditSink]:
+    sink = MemoryAuditSink()
+    cfg = make_config({"srv": {"command": "x", "timeout": 5}}, constraints={"enabled": constraints})
+    return ToolExecutionEngine(tools=servers, call=servers, config=cfg, audit=sink, **kwargs), sink
+
+
+async def test_phases_run_in_order_and_leave_one_audit_record() -> None:
+    servers, log = FakeServers(), []
+    eng, sink = engine(servers, pre_hooks=[Recorder("pre", log)], post_hooks=[Recorder("post", log)])
+    run = await eng.execute("srv__calc", {"n": 1}, request_id=7)
+    assert log == ["pre:pre_execution", "post:post_execution"]
+    assert run.success and servers.calls == [("calc", {"n": 1})]
+    (record,) = sink.records
+    assert (record.tool, record.server, record.remote_tool, record.phase) == ("srv__calc", "srv", "calc", "post_execution")
+    assert record.success and record.request_id == "7" and record.argument_names == ("n",)
+    assert record.arguments is None  # values are kept only when configured
+    assert record.actual_tokens == 2 + 100  # {"n":1} is 7 chars, the result 400
+
+
+async def test_constraint_hooks_are_off_unless_enabled() -> None:
+    servers, log = FakeServers(), []
+    eng, _ = engine(servers, constraints=False, pre_hooks=[Recorder("pre", log, reject=True)])
+    assert (await eng.execute("srv__calc", {"n": 1})).success
+    assert log == []
+
+
+async def test_a_rejecting_hook_stops_the_call_before_the_downstream() -> None:
+    servers = FakeServers()
+    eng, sink = engine(servers, pre_hooks=[Recorder("limit", [], reject=True)])
+    run = await eng.execute("srv__calc", {"n": 1})
+    assert run.result is not None and run.result.is_error
+    assert "rejected by policy 'limit': n is too large" in run.result.content[0].text  # type: ignore[union-attr]
+    assert servers.calls == []
+    assert sink.records[0].violations == ("limit: n is too large",)
+    assert sink.records[0].error_kind == "rejected"
+
+
+async def test_a_hook_may_answer_in_place_of_the_downstream() -> None:
+    servers = FakeServers()
+    eng, sink = engine(servers, pre_hooks=[Recorder("cache", [], answer=True)])
+    run = await eng.execute("srv__calc", {"n": 1})
+    assert run.result is not None and run.result.content[0].text == "from hook"  # type: ignore[union-attr]
+    assert servers.calls == []
+    assert sink.records[0].answered_by == "cache" and sink.records[0].success
+
+
+async def test_invalid_arguments_list_every_problem_and_never_reach_the_downstream() -> None:
+    servers = FakeServers()
+    eng, sink = engine(servers)
+    run = await eng.execute("srv__calc", {"s": 3})
+    text = run.result.content[0].text  # type: ignore[union-attr]
+    assert run.result is not None and run.result.is_error
+    assert "'n' is a required property" in text and "s: 3 is not of type 'string'" in text
+    assert servers.calls == []
+    assert sink.records[0].phase == "error_handling" and sink.records[0].error_kind == "invalid_arguments"
+
+
+async def test_unknown_tool_names_the_servers() -> None:
+    eng, sink = engine(FakeServers())
+    run = await eng.execute("nope", {})
+    assert "Unknown tool 'nope'. Servers: srv." in run.result.content[0].text  # type: ignore[union-attr]
+    assert sink.records[0].error_kind == "tool_not_found"
+
+
+async def test_a_down_server_is_reported_without_calling_it() -> None:
+    servers = FakeServers()
+    servers.down = "down: exited"
+    eng, sink = engine(servers)
+    run = await eng.execute("srv__calc", {"n": 1})
+    assert "Server 'srv' is not available (down: exited)" in run.result.content[0].text  # type: ignore[union-attr]
+    assert servers.calls == [] and sink.records[0].error_kind == "unavailable"
+
+
+async def test_a_deadline_cancels_the_downstream_call() -> None:
+    servers = FakeServers()
+    eng, sink = engine(servers)
+    with anyio.fail_after(5):
+        run = await eng.execute("srv__slow", {"n": 1}, timeout=0.05)
+    assert servers.cancelled.is_set()
+    assert "did not answer within 0.05 s" in run.result.content[0].text  # type: ignore[union-attr]
+    assert sink.records[0].error_kind == "timeout" and sink.records[0].phase == "error_handling"
+
+
+async def test_a_cancelled_call_is_audited_and_the_cancellation_propagates() -> None:
+    servers = FakeServers()
+    eng, sink = engine(servers)
+    with anyio.move_on_after(0.05):
+        await eng.execute("srv__slow", {"n": 1})
+    assert servers.cancelled.is_set()
+    (record,) = sink.records
+    assert record.error_kind == "cancelled" and record.phase == "execution" and not record.success
+
+
+async def test_token_estimates_learn_from_previous_results() -> None:
+    eng, sink = engine(FakeServers())
+    await eng.execute("srv__calc", {"n": 1})
+    await eng.execute("srv__calc", {"n": 1})
+    first, second = sink.records
+    assert first.estimated_tokens == 2 + 256  # nothing known yet: the default prediction
+    assert second.estimated_tokens == second.actual_tokens == 102
+
+
+async def test_a_bug_in_a_hook_is_audited_and_raised_to_the_boundary() -> None:
+    class Broken:
+        name = "broken"
+
+        async def __call__(self, ctx: ExecutionContext) -> None:
+            raise KeyError("oops")
+
+    eng, sink = engine(FakeServers(), pre_hooks=[Broken()])
+    with pytest.raises(KeyError):
+        await eng.execute("srv__calc", {"n": 1})
+    assert sink.records[0].error == "internal error: KeyError"

@@ -1,0 +1,234 @@
+"""Passthrough over real MCP traffic: a real client, the real front, fixture servers as subprocesses."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import mcp_types
+import pytest
+from mcp import Client
+
+from tests.conftest import FIXTURE_SERVER, RAW_SERVER, fixture_entry, free_port, make_config, running_gateway
+from toolscore import Gateway
+
+pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
+
+ERAS = ["legacy", "auto"]  # 2025-11-25 handshake clients, and 2026-07-28 (the Python SDK's default)
+
+
+def text(result: mcp_types.CallToolResult) -> str:
+    block = result.content[0]
+    assert isinstance(block, mcp_types.TextContent)
+    return block.text
+
+
+async def wait_for(predicate: Any, seconds: float = 10.0) -> None:
+    """Poll an external effect (a subprocess writing a file, reconnecting) with a bound."""
+    with anyio.fail_after(seconds):
+        while not predicate():
+            await anyio.sleep(0.02)
+
+
+@pytest.fixture
+async def gateway(tmp_path: Path) -> AsyncIterator[Gateway]:
+    cfg = make_config({"fx": fixture_entry(tmp_path, timeout=20)})
+    async with running_gateway(cfg, tmp_path) as (gw, _):
+        yield gw
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_results_pass_through_verbatim(gateway: Gateway, mode: str) -> None:
+    async with Client(gateway.server, mode=mode) as client:
+        listed = {t.name: t for t in (await client.list_tools()).tools}
+        assert listed["fx__add"].output_schema == {
+            "type": "object",
+            "properties": {"sum": {"type": "integer"}},
+            "required": ["sum"],
+            "additionalProperties": False,
+        }
+        assert listed["fx__echo"].title == "Echo" and listed["fx__echo"].meta == {"fixture/kind": "echo"}
+        assert listed["fx__echo"].annotations == mcp_types.ToolAnnotations(read_only_hint=True)
+
+        added = await client.call_tool("fx__add", {"a": 2, "b": 3})
+        assert added.structured_content == {"sum": 5} and text(added) == '{"sum": 5}' and not added.is_error
+
+        failed = await client.call_tool("fx__fail", {"message": "nope"})
+        assert failed.is_error and text(failed) == "nope"
+
+        image = await client.call_tool("fx__image", {})
+        assert image.content[0] == mcp_types.ImageContent(data="aGVsbG8=", mime_type="image/png")
+        assert image.meta is not None and image.meta["fixture/trace"] == "abc"
+
+
+async def test_a_downstream_json_rpc_error_becomes_a_tool_error(gateway: Gateway) -> None:
+    async with Client(gateway.server, mode="legacy") as client:
+        result = await client.call_tool("fx__explode", {})
+    assert result.is_error and "Server 'fx' answered the call to 'explode' with an error" in text(result)
+
+
+async def test_invalid_arguments_never_reach_the_downstream(gateway: Gateway, tmp_path: Path) -> None:
+    async with Client(gateway.server, mode="legacy") as client:
+        bad = await client.call_tool("fx__counter", {"key": 5})
+        assert bad.is_error and "key: 5 is not of type 'string'" in text(bad)
+        bad = await client.call_tool("fx__counter", {"key": "k", "extra": 1})
+        assert bad.is_error and "Additional properties are not allowed" in text(bad)
+        assert not (tmp_path / "count-k").exists()
+        assert text(await client.call_tool("fx__counter", {"key": "k"})) == "1"
+
+
+async def test_unknown_tools_are_tool_errors_naming_the_servers(gateway: Gateway) -> None:
+    async with Client(gateway.server, mode="legacy") as client:
+        result = await client.call_tool("fx__nope", {})
+    assert result.is_error and "Unknown tool 'fx__nope'. Servers: fx." in text(result)
+
+
+async def test_a_timeout_cancels_the_downstream_call(tmp_path: Path) -> None:
+    cfg = make_config({"fx": fixture_entry(tmp_path, timeout=0.3)})
+    async with running_gateway(cfg, tmp_path) as (gw, sink), Client(gw.server, mode="legacy") as client:
+        result = await client.call_tool("fx__sleep", {"seconds": 30, "tag": "t"})
+        assert result.is_error and "did not answer within 0.3 s" in text(result)
+        await wait_for((tmp_path / "cancelled-t").exists)
+        # The connection is still usable after the cancellation.
+        assert text(await client.call_tool("fx__echo", {"text": "still here"})) == "still here"
+    assert sink.records[0].error_kind == "timeout"
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_client_cancellation_cancels_the_downstream_call(gateway: Gateway, tmp_path: Path, mode: str) -> None:
+    async with Client(gateway.server, mode=mode) as client:
+        with anyio.move_on_after(0.5):
+            await client.call_tool("fx__sleep", {"seconds": 30, "tag": mode})
+        await wait_for((tmp_path / f"cancelled-{mode}").exists)
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_progress_notifications_reach_the_client(gateway: Gateway, mode: str) -> None:
+    seen: list[tuple[float, float | None, str | None]] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        seen.append((progress, total, message))
+
+    async with Client(gateway.server, mode=mode) as client:
+        result = await client.call_tool("fx__progress", {"steps": 3}, progress_callback=on_progress)
+        assert text(result) == "did 3 steps"
+        await wait_for(lambda: len(seen) == 3, 5)  # progress runs in its own task and may trail
+    assert seen == [(1, 3, "step 1"), (2, 3, "step 2"), (3, 3, "step 3")]
+
+
+async def test_a_downstream_list_change_reaches_the_client(gateway: Gateway) -> None:
+    changed = anyio.Event()
+
+    async def on_message(message: Any) -> None:
+        if isinstance(message, mcp_types.ToolListChangedNotification):
+            changed.set()
+
+    async with Client(gateway.server, mode="legacy", message_handler=on_message) as client:
+        assert client.server_capabilities.tools is not None and client.server_capabilities.tools.list_changed
+        await client.call_tool("fx__add_tool", {"name": "fresh"})
+        with anyio.fail_after(5):
+            await changed.wait()
+        names = [t.name for t in (await client.list_tools()).tools]
+        assert "fx__fresh" in names
+        assert text(await client.call_tool("fx__fresh", {"text": "new"})) == "new"
+
+
+async def test_paginated_tool_lists_are_read_to_the_end(tmp_path: Path) -> None:
+    cfg = make_config({"fx": fixture_entry(tmp_path, env={"FIXTURE_PAGE_SIZE": "5"})})
+    async with running_gateway(cfg, tmp_path) as (gw, _):
+        assert len(gw.hub.registry.routes) == 12
+
+
+async def test_a_tool_with_an_invalid_schema_is_skipped_and_the_rest_served(tmp_path: Path) -> None:
+    cfg = make_config({"raw": {"command": sys.executable, "args": [RAW_SERVER]}})
+    async with running_gateway(cfg, tmp_path) as (gw, _), Client(gw.server) as client:
+        names = [t.name for t in (await client.list_tools()).tools]
+        assert names == ["raw__good"]
+        assert text(await client.call_tool("raw__good", {})) == "ok"
+        assert any("'bad' skipped" in p for p in gw.hub.registry.problems)
+
+
+async def test_a_killed_server_fails_its_call_others_keep_working_and_it_comes_back(tmp_path: Path) -> None:
+    cfg = make_config({"a": fixture_entry(tmp_path / "a"), "b": fixture_entry(tmp_path / "b")})
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    async with running_gateway(cfg, tmp_path) as (gw, _), Client(gw.server, mode="legacy") as client:
+        pid = int(text(await client.call_tool("a__pid", {})))
+        outcome: list[mcp_types.CallToolResult] = []
+
+        async def slow_call() -> None:
+            outcome.append(await client.call_tool("a__sleep", {"seconds": 30}))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(slow_call)
+            await anyio.sleep(0.3)
+            os.kill(pid, signal.SIGKILL)
+        assert outcome[0].is_error and "closed the connection during the call" in text(outcome[0])
+        # The other server is untouched.
+        assert text(await client.call_tool("b__echo", {"text": "b"})) == "b"
+        # A call while 'a' is down says so, at once.
+        await wait_for(lambda: gw.hub.downstreams["a"].connects == 2)
+        assert text(await client.call_tool("a__echo", {"text": "back"})) == "back"
+        assert int(text(await client.call_tool("a__pid", {}))) != pid
+
+
+async def test_a_server_that_cannot_start_does_not_block_the_others(tmp_path: Path) -> None:
+    cfg = make_config({"gone": {"command": str(tmp_path / "no-such-binary")}, "fx": fixture_entry(tmp_path)})
+    async with running_gateway(cfg, tmp_path) as (gw, _), Client(gw.server, mode="legacy") as client:
+        assert text(await client.call_tool("fx__echo", {"text": "ok"})) == "ok"
+        status = {s.name: s for s in gw.hub.statuses()}
+        assert status["gone"].state.value == "down" and "not found" in (status["gone"].error or "")
+        assert status["fx"].state.value == "up"
+
+
+async def test_a_server_stderr_goes_to_its_own_log_file(gateway: Gateway, tmp_path: Path) -> None:
+    log = tmp_path / "logs" / "fx.log"
+    assert log.exists() and "starting 'fx'" in log.read_text()
+
+
+async def test_audit_records_are_complete(tmp_path: Path) -> None:
+    cfg = make_config({"fx": fixture_entry(tmp_path)}, toolscore={"audit": {"include_arguments": True}})
+    async with running_gateway(cfg, tmp_path) as (gw, sink), Client(gw.server, mode="legacy") as client:
+        await client.call_tool("fx__echo", {"text": "hello"})
+        await client.call_tool("fx__fail", {})
+    ok, failed = sink.records
+    assert (ok.tool, ok.server, ok.remote_tool, ok.success, ok.phase) == ("fx__echo", "fx", "echo", True, "post_execution")
+    assert ok.arguments == {"text": "hello"} and ok.argument_names == ("text",)
+    assert ok.request_id is not None and ok.duration_ms > 0 and ok.actual_tokens and ok.estimated_tokens
+    assert (failed.success, failed.error_kind) == (False, "tool_error")
+
+
+@pytest.fixture
+def http_fixture(tmp_path: Path) -> Iterator[tuple[str, int]]:
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def start(flag: str) -> int:
+        port = free_port()
+        env = {**os.environ, "FIXTURE_STATE_DIR": str(tmp_path)}
+        procs.append(subprocess.Popen([sys.executable, FIXTURE_SERVER, flag, str(port)], env=env))
+        return port
+
+    yield start  # type: ignore[misc]
+    for proc in procs:
+        proc.terminate()
+        proc.wait(10)
+
+
+@pytest.mark.parametrize(("flag", "entry"), [("--http", {"type": "http"}), ("--sse", {"type": "sse"})])
+async def test_http_and_sse_downstreams(tmp_path: Path, http_fixture: Any, flag: str, entry: dict[str, str]) -> None:
+    port = http_fixture(flag)
+    path = "/mcp" if flag == "--http" else "/sse"
+    cfg = make_config({"web": {**entry, "url": f"http://127.0.0.1:{port}{path}", "connect_timeout": 15}})
+    # The fixture needs a moment to bind; the hub retries with backoff until it answers.
+    async with running_gateway(cfg, tmp_path) as (gw, _):
+        await wait_for(lambda: gw.hub.unavailable_reason("web") is None, 20)
+        async with Client(gw.server, mode="legacy") as client:
+            assert text(await client.call_tool("web__echo", {"text": "over http"})) == "over http"
+            result = await client.call_tool("web__add", {"a": 1, "b": 1})
+            assert result.structured_content == {"sum": 2}

@@ -1,0 +1,91 @@
+"""Naming and the tool index: prefixes, filters, renames, shortening, collisions, bad schemas."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import mcp_types
+
+from tests.conftest import make_config
+from toolscore._naming import MAX_NAME_LENGTH, public_name
+from toolscore._registry import build_registry
+
+SEP986 = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+def tool(name: str, schema: dict[str, Any] | None = None, **extra: Any) -> mcp_types.Tool:
+    return mcp_types.Tool(name=name, input_schema=schema or {"type": "object"}, **extra)
+
+
+def test_public_names_are_prefixed_and_sanitized() -> None:
+    assert public_name("files", "read_file", "__") == ("files__read_file", False)
+    assert public_name("my server", "ns/tool.v2", "__") == ("my_server__ns_tool_v2", False)
+    assert public_name("", "solo", "__") == ("solo", False)
+
+
+def test_long_names_are_shortened_deterministically_and_distinctly() -> None:
+    a, shortened = public_name("server", "t" * 80 + "a", "__")
+    b, _ = public_name("server", "t" * 80 + "b", "__")
+    assert shortened
+    assert len(a) == MAX_NAME_LENGTH and SEP986.match(a)
+    assert a != b
+    assert public_name("server", "t" * 80 + "a", "__")[0] == a
+
+
+def test_registry_keeps_definitions_verbatim_but_the_name() -> None:
+    original = tool(
+        "read",
+        {"type": "object", "properties": {"p": {"type": "string"}}, "x-vendor": 1},
+        title="Read",
+        description="Reads.",
+        output_schema={"type": "object", "properties": {"n": {"type": "integer"}}},
+        annotations=mcp_types.ToolAnnotations(read_only_hint=True),
+        meta={"k": "v"},
+    )
+    reg = build_registry({"files": [original]}, make_config({"files": {"command": "x"}}))
+    exposed = reg.tools()[0]
+    assert exposed.name == "files__read"
+    assert exposed.model_dump(exclude={"name"}) == original.model_dump(exclude={"name"})
+    route = reg.get("files__read")
+    assert route is not None and (route.server, route.remote_name) == ("files", "read")
+
+
+def test_allow_deny_rename_and_prefix() -> None:
+    cfg = make_config(
+        {
+            "a": {
+                "command": "x",
+                "prefix": "fs",
+                "tools": {"allow": ["read*", "list"], "deny": ["read_secret"], "rename": {"list": "ls"}},
+            }
+        }
+    )
+    reg = build_registry({"a": [tool("read"), tool("read_secret"), tool("list"), tool("write")]}, cfg)
+    assert sorted(reg.routes) == ["fs__ls", "fs__read"]
+    assert reg.routes["fs__ls"].remote_name == "list"
+
+
+def test_collisions_keep_the_first_server_and_say_how_to_fix() -> None:
+    cfg = make_config({"a": {"command": "x", "prefix": "p"}, "b": {"command": "y", "prefix": "p"}})
+    reg = build_registry({"a": [tool("t")], "b": [tool("t")]}, cfg)
+    assert reg.routes["p__t"].server == "a"
+    (problem,) = reg.problems
+    assert "'a'" in problem and "'b'" in problem and '"prefix"' in problem and "rename" in problem
+
+
+def test_a_tool_with_an_invalid_schema_is_skipped_not_fatal() -> None:
+    cfg = make_config({"a": {"command": "x"}})
+    bad_type = tool("bad", {"type": "string"})
+    bad_schema = tool("bad2", {"type": "object", "properties": {"p": {"type": 5}}})
+    reg = build_registry({"a": [bad_type, bad_schema, tool("good")]}, cfg)
+    assert list(reg.routes) == ["a__good"]
+    assert len(reg.problems) == 2
+    assert any("bad2" in p and "JSON Schema" in p for p in reg.problems)
+
+
+def test_servers_are_indexed_in_config_order() -> None:
+    cfg = make_config({"z": {"command": "x"}, "a": {"command": "y"}})
+    reg = build_registry({"a": [tool("t")], "z": [tool("t")]}, cfg)
+    assert list(reg.routes) == ["z__t", "a__t"]
+    assert reg.servers == ("z", "a")
