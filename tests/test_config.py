@@ -49,7 +49,11 @@ def test_other_clients_keys_in_an_entry_are_tolerated() -> None:
 def test_variables_expand_with_defaults_and_the_config_dir(tmp_path: Path) -> None:
     path = write(
         tmp_path,
-        {"mcpServers": {"a": {"command": "${TOOLSCORE_CONFIG_DIR}/bin/x", "args": ["${ROOT}", "${MISSING:-fallback}"]}}},
+        {
+            "mcpServers": {
+                "a": {"command": "${TOOLSCORE_CONFIG_DIR}/bin/x", "args": ["${ROOT}", "${MISSING:-fallback}"]}
+            }
+        },
     )
     cfg = load_config(path, env={"ROOT": "/data"})
     assert cfg.servers["a"].command == f"{tmp_path.resolve()}/bin/x"

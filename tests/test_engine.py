@@ -65,7 +65,9 @@ class Recorder:
         return result
 
 
-def engine(servers: FakeServers, *, constraints: bool = True, **kwargs: Any) -> tuple[ToolExecutionEngine, MemoryAuditSink]:
+def engine(
+    servers: FakeServers, *, constraints: bool = True, **kwargs: Any
+) -> tuple[ToolExecutionEngine, MemoryAuditSink]:
     sink = MemoryAuditSink()
     cfg = make_config({"srv": {"command": "x", "timeout": 5}}, constraints={"enabled": constraints})
     return ToolExecutionEngine(tools=servers, call=servers, config=cfg, audit=sink, **kwargs), sink
@@ -76,10 +78,18 @@ async def test_phases_run_in_order_and_leave_one_audit_record() -> None:
     eng, sink = engine(servers, pre_hooks=[Recorder("pre", log)], post_hooks=[Recorder("post", log)])
     run = await eng.execute("srv__calc", {"n": 1}, request_id=7)
     assert log == ["pre:pre_execution", "post:post_execution"]
-    assert run.success and servers.calls == [("calc", {"n": 1})]
+    assert run.success
+    assert servers.calls == [("calc", {"n": 1})]
     (record,) = sink.records
-    assert (record.tool, record.server, record.remote_tool, record.phase) == ("srv__calc", "srv", "calc", "post_execution")
-    assert record.success and record.request_id == "7" and record.argument_names == ("n",)
+    assert (record.tool, record.server, record.remote_tool, record.phase) == (
+        "srv__calc",
+        "srv",
+        "calc",
+        "post_execution",
+    )
+    assert record.success
+    assert record.request_id == "7"
+    assert record.argument_names == ("n",)
     assert record.arguments is None  # values are kept only when configured
     assert record.actual_tokens == 2 + 100  # {"n":1} is 7 chars, the result 400
 
@@ -95,7 +105,8 @@ async def test_a_rejecting_hook_stops_the_call_before_the_downstream() -> None:
     servers = FakeServers()
     eng, sink = engine(servers, pre_hooks=[Recorder("limit", [], reject=True)])
     run = await eng.execute("srv__calc", {"n": 1})
-    assert run.result is not None and run.result.is_error
+    assert run.result is not None
+    assert run.result.is_error
     assert "rejected by policy 'limit': n is too large" in run.result.content[0].text  # type: ignore[union-attr]
     assert servers.calls == []
     assert sink.records[0].violations == ("limit: n is too large",)
@@ -106,9 +117,11 @@ async def test_a_hook_may_answer_in_place_of_the_downstream() -> None:
     servers = FakeServers()
     eng, sink = engine(servers, pre_hooks=[Recorder("cache", [], answer=True)])
     run = await eng.execute("srv__calc", {"n": 1})
-    assert run.result is not None and run.result.content[0].text == "from hook"  # type: ignore[union-attr]
+    assert run.result is not None
+    assert run.result.content[0].text == "from hook"
     assert servers.calls == []
-    assert sink.records[0].answered_by == "cache" and sink.records[0].success
+    assert sink.records[0].answered_by == "cache"
+    assert sink.records[0].success
 
 
 async def test_invalid_arguments_list_every_problem_and_never_reach_the_downstream() -> None:
@@ -116,10 +129,13 @@ async def test_invalid_arguments_list_every_problem_and_never_reach_the_downstre
     eng, sink = engine(servers)
     run = await eng.execute("srv__calc", {"s": 3})
     text = run.result.content[0].text  # type: ignore[union-attr]
-    assert run.result is not None and run.result.is_error
-    assert "'n' is a required property" in text and "s: 3 is not of type 'string'" in text
+    assert run.result is not None
+    assert run.result.is_error
+    assert "'n' is a required property" in text
+    assert "s: 3 is not of type 'string'" in text
     assert servers.calls == []
-    assert sink.records[0].phase == "error_handling" and sink.records[0].error_kind == "invalid_arguments"
+    assert sink.records[0].phase == "error_handling"
+    assert sink.records[0].error_kind == "invalid_arguments"
 
 
 async def test_unknown_tool_names_the_servers() -> None:
@@ -135,7 +151,8 @@ async def test_a_down_server_is_reported_without_calling_it() -> None:
     eng, sink = engine(servers)
     run = await eng.execute("srv__calc", {"n": 1})
     assert "Server 'srv' is not available (down: exited)" in run.result.content[0].text  # type: ignore[union-attr]
-    assert servers.calls == [] and sink.records[0].error_kind == "unavailable"
+    assert servers.calls == []
+    assert sink.records[0].error_kind == "unavailable"
 
 
 async def test_a_deadline_cancels_the_downstream_call() -> None:
@@ -145,7 +162,8 @@ async def test_a_deadline_cancels_the_downstream_call() -> None:
         run = await eng.execute("srv__slow", {"n": 1}, timeout=0.05)
     assert servers.cancelled.is_set()
     assert "did not answer within 0.05 s" in run.result.content[0].text  # type: ignore[union-attr]
-    assert sink.records[0].error_kind == "timeout" and sink.records[0].phase == "error_handling"
+    assert sink.records[0].error_kind == "timeout"
+    assert sink.records[0].phase == "error_handling"
 
 
 async def test_a_cancelled_call_is_audited_and_the_cancellation_propagates() -> None:
@@ -155,7 +173,9 @@ async def test_a_cancelled_call_is_audited_and_the_cancellation_propagates() -> 
         await eng.execute("srv__slow", {"n": 1})
     assert servers.cancelled.is_set()
     (record,) = sink.records
-    assert record.error_kind == "cancelled" and record.phase == "execution" and not record.success
+    assert record.error_kind == "cancelled"
+    assert record.phase == "execution"
+    assert not record.success
 
 
 async def test_token_estimates_learn_from_previous_results() -> None:

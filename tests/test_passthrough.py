@@ -32,7 +32,7 @@ def text(result: mcp_types.CallToolResult) -> str:
 async def wait_for(predicate: Any, seconds: float = 10.0) -> None:
     """Poll an external effect (a subprocess writing a file, reconnecting) with a bound."""
     with anyio.fail_after(seconds):
-        while not predicate():
+        while not predicate():  # noqa: ASYNC110 - the effect is in another process: no event to await
             await anyio.sleep(0.02)
 
 
@@ -53,32 +53,40 @@ async def test_results_pass_through_verbatim(gateway: Gateway, mode: str) -> Non
             "required": ["sum"],
             "additionalProperties": False,
         }
-        assert listed["fx__echo"].title == "Echo" and listed["fx__echo"].meta == {"fixture/kind": "echo"}
+        assert listed["fx__echo"].title == "Echo"
+        assert listed["fx__echo"].meta == {"fixture/kind": "echo"}
         assert listed["fx__echo"].annotations == mcp_types.ToolAnnotations(read_only_hint=True)
 
         added = await client.call_tool("fx__add", {"a": 2, "b": 3})
-        assert added.structured_content == {"sum": 5} and text(added) == '{"sum": 5}' and not added.is_error
+        assert added.structured_content == {"sum": 5}
+        assert text(added) == '{"sum": 5}'
+        assert not added.is_error
 
         failed = await client.call_tool("fx__fail", {"message": "nope"})
-        assert failed.is_error and text(failed) == "nope"
+        assert failed.is_error
+        assert text(failed) == "nope"
 
         image = await client.call_tool("fx__image", {})
         assert image.content[0] == mcp_types.ImageContent(data="aGVsbG8=", mime_type="image/png")
-        assert image.meta is not None and image.meta["fixture/trace"] == "abc"
+        assert image.meta is not None
+        assert image.meta["fixture/trace"] == "abc"
 
 
 async def test_a_downstream_json_rpc_error_becomes_a_tool_error(gateway: Gateway) -> None:
     async with Client(gateway.server, mode="legacy") as client:
         result = await client.call_tool("fx__explode", {})
-    assert result.is_error and "Server 'fx' answered the call to 'explode' with an error" in text(result)
+    assert result.is_error
+    assert "Server 'fx' answered the call to 'explode' with an error" in text(result)
 
 
 async def test_invalid_arguments_never_reach_the_downstream(gateway: Gateway, tmp_path: Path) -> None:
     async with Client(gateway.server, mode="legacy") as client:
         bad = await client.call_tool("fx__counter", {"key": 5})
-        assert bad.is_error and "key: 5 is not of type 'string'" in text(bad)
+        assert bad.is_error
+        assert "key: 5 is not of type 'string'" in text(bad)
         bad = await client.call_tool("fx__counter", {"key": "k", "extra": 1})
-        assert bad.is_error and "Additional properties are not allowed" in text(bad)
+        assert bad.is_error
+        assert "Additional properties are not allowed" in text(bad)
         assert not (tmp_path / "count-k").exists()
         assert text(await client.call_tool("fx__counter", {"key": "k"})) == "1"
 
@@ -86,14 +94,16 @@ async def test_invalid_arguments_never_reach_the_downstream(gateway: Gateway, tm
 async def test_unknown_tools_are_tool_errors_naming_the_servers(gateway: Gateway) -> None:
     async with Client(gateway.server, mode="legacy") as client:
         result = await client.call_tool("fx__nope", {})
-    assert result.is_error and "Unknown tool 'fx__nope'. Servers: fx." in text(result)
+    assert result.is_error
+    assert "Unknown tool 'fx__nope'. Servers: fx." in text(result)
 
 
 async def test_a_timeout_cancels_the_downstream_call(tmp_path: Path) -> None:
     cfg = make_config({"fx": fixture_entry(tmp_path, timeout=0.3)})
     async with running_gateway(cfg, tmp_path) as (gw, sink), Client(gw.server, mode="legacy") as client:
         result = await client.call_tool("fx__sleep", {"seconds": 30, "tag": "t"})
-        assert result.is_error and "did not answer within 0.3 s" in text(result)
+        assert result.is_error
+        assert "did not answer within 0.3 s" in text(result)
         await wait_for((tmp_path / "cancelled-t").exists)
         # The connection is still usable after the cancellation.
         assert text(await client.call_tool("fx__echo", {"text": "still here"})) == "still here"
@@ -130,7 +140,8 @@ async def test_a_downstream_list_change_reaches_the_client(gateway: Gateway) -> 
             changed.set()
 
     async with Client(gateway.server, mode="legacy", message_handler=on_message) as client:
-        assert client.server_capabilities.tools is not None and client.server_capabilities.tools.list_changed
+        assert client.server_capabilities.tools is not None
+        assert client.server_capabilities.tools.list_changed
         await client.call_tool("fx__add_tool", {"name": "fresh"})
         with anyio.fail_after(5):
             await changed.wait()
@@ -169,7 +180,8 @@ async def test_a_killed_server_fails_its_call_others_keep_working_and_it_comes_b
             tg.start_soon(slow_call)
             await anyio.sleep(0.3)
             os.kill(pid, signal.SIGKILL)
-        assert outcome[0].is_error and "closed the connection during the call" in text(outcome[0])
+        assert outcome[0].is_error
+        assert "closed the connection during the call" in text(outcome[0])
         # The other server is untouched.
         assert text(await client.call_tool("b__echo", {"text": "b"})) == "b"
         # A call while 'a' is down says so, at once.
@@ -183,13 +195,15 @@ async def test_a_server_that_cannot_start_does_not_block_the_others(tmp_path: Pa
     async with running_gateway(cfg, tmp_path) as (gw, _), Client(gw.server, mode="legacy") as client:
         assert text(await client.call_tool("fx__echo", {"text": "ok"})) == "ok"
         status = {s.name: s for s in gw.hub.statuses()}
-        assert status["gone"].state.value == "down" and "not found" in (status["gone"].error or "")
+        assert status["gone"].state.value == "down"
+        assert "not found" in (status["gone"].error or "")
         assert status["fx"].state.value == "up"
 
 
 async def test_a_server_stderr_goes_to_its_own_log_file(gateway: Gateway, tmp_path: Path) -> None:
     log = tmp_path / "logs" / "fx.log"
-    assert log.exists() and "starting 'fx'" in log.read_text()
+    assert log.exists()
+    assert "starting 'fx'" in log.read_text()
 
 
 async def test_audit_records_are_complete(tmp_path: Path) -> None:
@@ -198,9 +212,19 @@ async def test_audit_records_are_complete(tmp_path: Path) -> None:
         await client.call_tool("fx__echo", {"text": "hello"})
         await client.call_tool("fx__fail", {})
     ok, failed = sink.records
-    assert (ok.tool, ok.server, ok.remote_tool, ok.success, ok.phase) == ("fx__echo", "fx", "echo", True, "post_execution")
-    assert ok.arguments == {"text": "hello"} and ok.argument_names == ("text",)
-    assert ok.request_id is not None and ok.duration_ms > 0 and ok.actual_tokens and ok.estimated_tokens
+    assert (ok.tool, ok.server, ok.remote_tool, ok.success, ok.phase) == (
+        "fx__echo",
+        "fx",
+        "echo",
+        True,
+        "post_execution",
+    )
+    assert ok.arguments == {"text": "hello"}
+    assert ok.argument_names == ("text",)
+    assert ok.request_id is not None
+    assert ok.duration_ms > 0
+    assert ok.actual_tokens
+    assert ok.estimated_tokens
     assert (failed.success, failed.error_kind) == (False, "tool_error")
 
 

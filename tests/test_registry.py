@@ -28,7 +28,8 @@ def test_long_names_are_shortened_deterministically_and_distinctly() -> None:
     a, shortened = public_name("server", "t" * 80 + "a", "__")
     b, _ = public_name("server", "t" * 80 + "b", "__")
     assert shortened
-    assert len(a) == MAX_NAME_LENGTH and SEP986.match(a)
+    assert len(a) == MAX_NAME_LENGTH
+    assert SEP986.match(a)
     assert a != b
     assert public_name("server", "t" * 80 + "a", "__")[0] == a
 
@@ -48,7 +49,8 @@ def test_registry_keeps_definitions_verbatim_but_the_name() -> None:
     assert exposed.name == "files__read"
     assert exposed.model_dump(exclude={"name"}) == original.model_dump(exclude={"name"})
     route = reg.get("files__read")
-    assert route is not None and (route.server, route.remote_name) == ("files", "read")
+    assert route is not None
+    assert (route.server, route.remote_name) == ("files", "read")
 
 
 def test_allow_deny_rename_and_prefix() -> None:
@@ -71,7 +73,10 @@ def test_collisions_keep_the_first_server_and_say_how_to_fix() -> None:
     reg = build_registry({"a": [tool("t")], "b": [tool("t")]}, cfg)
     assert reg.routes["p__t"].server == "a"
     (problem,) = reg.problems
-    assert "'a'" in problem and "'b'" in problem and '"prefix"' in problem and "rename" in problem
+    assert "'a'" in problem
+    assert "'b'" in problem
+    assert '"prefix"' in problem
+    assert "rename" in problem
 
 
 def test_a_tool_with_an_invalid_schema_is_skipped_not_fatal() -> None:

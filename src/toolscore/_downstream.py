@@ -337,7 +337,7 @@ class Downstream:
         for _ in range(_LIST_PAGES_MAX):
             # `ClientSession.send_request` validates the page against the protocol surface as a
             # whole before any result type sees it; the dispatcher hands back the raw page.
-            dispatcher = client.session._dispatcher  # noqa: SLF001 - no public raw-request API
+            dispatcher = client.session._dispatcher
             raw_page = await dispatcher.send_raw_request("tools/list", {"cursor": cursor} if cursor else None, {})
             page = _LenientToolsPage.model_validate(raw_page)
             for raw in page.tools:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
-from collections.abc import AsyncIterator, Sequence
+import stat
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,28 +74,103 @@ async def open_gateway(
         sink.close()
 
 
-async def serve_stdio(gateway: Gateway) -> None:
-    """Serve one client on stdin/stdout until stdin closes or SIGTERM/SIGINT arrives."""
-    server = gateway.server
+class _StdinLines:
+    """Lines from fd 0, read without a worker thread so that cancellation ends the read.
+
+    The SDK's default reader runs a blocking `readline` in a thread, which a cancellation cannot
+    interrupt: SIGTERM would wait for the client's next message before the gateway could shut
+    its downstreams. Falls back to that reader when fd 0 cannot be polled (a regular file).
+    """
+
+    def __init__(self, fd: int = 0) -> None:
+        self._fd = fd
+        self._buffer = bytearray()
+        self._was_blocking = os.get_blocking(fd)
+        os.set_blocking(fd, False)
+
+    def restore(self) -> None:
+        os.set_blocking(self._fd, self._was_blocking)
+
+    def __aiter__(self) -> _StdinLines:
+        return self
+
+    async def __anext__(self) -> str:
+        while (end := self._buffer.find(b"\n")) < 0:
+            await anyio.wait_readable(self._fd)
+            try:
+                chunk = os.read(self._fd, 1 << 16)
+            except BlockingIOError:
+                continue
+            if not chunk:
+                if not self._buffer:
+                    raise StopAsyncIteration
+                end = len(self._buffer)
+                self._buffer.extend(b"\n")
+                break
+            self._buffer.extend(chunk)
+        line = bytes(self._buffer[: end + 1])
+        del self._buffer[: end + 1]
+        return line.decode("utf-8", errors="replace")
+
+
+def _pollable_stdin() -> _StdinLines | None:
+    try:
+        mode = os.fstat(0).st_mode
+    except OSError:
+        return None
+    return _StdinLines() if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or stat.S_ISCHR(mode) else None
+
+
+@asynccontextmanager
+async def _stop_on_signals(stop: Callable[[], None]) -> AsyncIterator[None]:
+    """Call `stop` on the first SIGTERM or SIGINT received inside the block."""
     async with anyio.create_task_group() as tg:
 
-        async def stop_on_signal() -> None:
+        async def watch() -> None:
             with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
                 async for signum in signals:
                     log.info("stopping", signal=signal.Signals(signum).name)
-                    tg.cancel_scope.cancel()
+                    stop()
                     return
 
-        tg.start_soon(stop_on_signal)
-        async with stdio_server() as (read, write):
-            await server.run(read, write, server.create_initialization_options())
+        tg.start_soon(watch)
+        yield
         tg.cancel_scope.cancel()
+
+
+async def serve_stdio(gateway: Gateway) -> None:
+    """Serve one client on stdin/stdout until stdin closes or SIGTERM/SIGINT arrives."""
+    server = gateway.server
+    stdin = _pollable_stdin()
+    try:
+        with anyio.CancelScope() as scope:
+            async with _stop_on_signals(scope.cancel), stdio_server(stdin=stdin) as (read, write):  # type: ignore[arg-type]
+                await server.run(read, write, server.create_initialization_options())
+    finally:
+        if stdin is not None:
+            stdin.restore()
+
+
+class _UvicornServer(uvicorn.Server):
+    """uvicorn without its own signal handling.
+
+    uvicorn re-raises a captured SIGTERM after its shutdown, which would kill the process before
+    the gateway closes its downstream servers; toolscore handles the signals itself.
+    """
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
 
 
 async def serve_http(gateway: Gateway, *, host: str, port: int) -> None:
     """Serve streamable HTTP on `http://host:port/mcp` until SIGTERM/SIGINT."""
     app = gateway.server.streamable_http_app(host=host)
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
-    server = uvicorn.Server(config)
+    server = _UvicornServer(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on"))
+
+    def stop() -> None:
+        server.should_exit = True
+
     log.info("serving", url=f"http://{host}:{port}/mcp")
-    await server.serve()
+    async with _stop_on_signals(stop):
+        await server.serve()
