@@ -6,6 +6,7 @@ import contextlib
 import os
 import signal
 import stat
+import sys
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -171,6 +172,11 @@ async def serve_http(gateway: Gateway, *, host: str, port: int) -> None:
     def stop() -> None:
         server.should_exit = True
 
-    log.info("serving", url=f"http://{host}:{port}/mcp")
+    routes = gateway.hub.registry.routes
+    # Said on stderr whatever the log level: a person started this in a terminal.
+    sys.stderr.write(
+        f"toolscore: serving {len(routes)} tools from {len(gateway.hub.registry.servers)} server(s) "
+        f"on http://{host}:{port}/mcp (Ctrl-C stops)\n"
+    )
     async with _stop_on_signals(stop):
         await server.serve()

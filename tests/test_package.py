@@ -1,0 +1,55 @@
+"""The package's shape: the public API is pinned, and the pure core does no I/O."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import toolscore
+
+SRC = Path(toolscore.__file__).parent
+PURE = ["config.py", "_naming.py", "_registry.py", "_tokens.py", "_audit.py", "errors.py"]
+
+
+def test_the_public_api_is_exactly_this() -> None:
+    assert toolscore.__all__ == [
+        "AuditRecord",
+        "AuditSink",
+        "Config",
+        "ExecutionContext",
+        "ExecutionPhase",
+        "Gateway",
+        "JsonlAuditSink",
+        "MemoryAuditSink",
+        "PostExecutionHook",
+        "PreExecutionHook",
+        "ToolExecutionEngine",
+        "__version__",
+        "load_config",
+        "open_gateway",
+        "parse_config",
+        "read_audit",
+    ]
+    assert all(hasattr(toolscore, name) for name in toolscore.__all__)
+
+
+def test_the_pure_core_imports_neither_the_event_loop_nor_the_sdk() -> None:
+    for name in PURE:
+        tree = ast.parse((SRC / name).read_text())
+        imported = {
+            alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names
+        } | {(node.module or "").split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+        assert not imported & {"anyio", "mcp", "httpx2", "asyncio"}, name
+
+
+def test_nothing_in_the_package_prints_to_stdout() -> None:
+    # On stdio, stdout is the JSON-RPC channel; only the CLI's own commands print.
+    for path in SRC.glob("*.py"):
+        if path.name == "cli.py":
+            continue
+        calls = [
+            n
+            for n in ast.walk(ast.parse(path.read_text()))
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "print"
+        ]
+        assert calls == [], path.name
