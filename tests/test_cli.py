@@ -217,6 +217,17 @@ async def test_streamable_http_front_in_both_eras(http_gateway: str, mode: str) 
             result = await client.call_tool("fx__nope", {})
         assert result.is_error
 
+        seen: list[float] = []
+
+        async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+            seen.append(progress)
+
+        await client.call_tool("fx__progress", {"steps": 3}, progress_callback=on_progress)
+        with anyio.fail_after(5):
+            while len(seen) < 3:  # noqa: ASYNC110 - progress arrives in its own task and may trail
+                await anyio.sleep(0.01)
+        assert seen == [1, 2, 3]
+
 
 def test_http_front_answers_oauth_probes_with_a_clean_4xx(http_gateway: str) -> None:
     base = http_gateway.removesuffix("/mcp")

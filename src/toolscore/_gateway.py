@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import signal
-import stat
 import sys
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager
@@ -21,6 +19,7 @@ from toolscore._audit import AuditSink, JsonlAuditSink, NullAuditSink
 from toolscore._engine import PostExecutionHook, PreExecutionHook, ToolExecutionEngine
 from toolscore._hub import DownstreamHub, open_hub
 from toolscore._server import FrontServer, build_server
+from toolscore._stdio import pollable, stdio_transport
 from toolscore.config import Config, state_dir
 
 __all__ = ["Gateway", "open_gateway", "serve_http", "serve_stdio"]
@@ -75,53 +74,6 @@ async def open_gateway(
         sink.close()
 
 
-class _StdinLines:
-    """Lines from fd 0, read without a worker thread so that cancellation ends the read.
-
-    The SDK's default reader runs a blocking `readline` in a thread, which a cancellation cannot
-    interrupt: SIGTERM would wait for the client's next message before the gateway could shut
-    its downstreams. Falls back to that reader when fd 0 cannot be polled (a regular file).
-    """
-
-    def __init__(self, fd: int = 0) -> None:
-        self._fd = fd
-        self._buffer = bytearray()
-        self._was_blocking = os.get_blocking(fd)
-        os.set_blocking(fd, False)
-
-    def restore(self) -> None:
-        os.set_blocking(self._fd, self._was_blocking)
-
-    def __aiter__(self) -> _StdinLines:
-        return self
-
-    async def __anext__(self) -> str:
-        while (end := self._buffer.find(b"\n")) < 0:
-            await anyio.wait_readable(self._fd)
-            try:
-                chunk = os.read(self._fd, 1 << 16)
-            except BlockingIOError:
-                continue
-            if not chunk:
-                if not self._buffer:
-                    raise StopAsyncIteration
-                end = len(self._buffer)
-                self._buffer.extend(b"\n")
-                break
-            self._buffer.extend(chunk)
-        line = bytes(self._buffer[: end + 1])
-        del self._buffer[: end + 1]
-        return line.decode("utf-8", errors="replace")
-
-
-def _pollable_stdin() -> _StdinLines | None:
-    try:
-        mode = os.fstat(0).st_mode
-    except OSError:
-        return None
-    return _StdinLines() if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or stat.S_ISCHR(mode) else None
-
-
 @asynccontextmanager
 async def _stop_on_signals(stop: Callable[[], None]) -> AsyncIterator[None]:
     """Call `stop` on the first SIGTERM or SIGINT received inside the block."""
@@ -142,14 +94,11 @@ async def _stop_on_signals(stop: Callable[[], None]) -> AsyncIterator[None]:
 async def serve_stdio(gateway: Gateway) -> None:
     """Serve one client on stdin/stdout until stdin closes or SIGTERM/SIGINT arrives."""
     server = gateway.server
-    stdin = _pollable_stdin()
-    try:
-        with anyio.CancelScope() as scope:
-            async with _stop_on_signals(scope.cancel), stdio_server(stdin=stdin) as (read, write):  # type: ignore[arg-type]
-                await server.run(read, write, server.create_initialization_options())
-    finally:
-        if stdin is not None:
-            stdin.restore()
+    # stdin redirected from a regular file cannot be polled: the SDK's threaded transport then.
+    transport = stdio_transport() if pollable(0) else stdio_server()
+    with anyio.CancelScope() as scope:
+        async with _stop_on_signals(scope.cancel), transport as (read, write):
+            await server.run(read, write, server.create_initialization_options())
 
 
 class _UvicornServer(uvicorn.Server):

@@ -19,6 +19,7 @@ from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, Too
 from toolscore._engine import ToolExecutionEngine, error_result
 from toolscore._hub import DownstreamHub
 from toolscore._version import __version__
+from toolscore.types import ProgressFn
 
 __all__ = ["FrontServer", "build_server"]
 
@@ -63,18 +64,19 @@ def build_server(hub: DownstreamHub, engine: ToolExecutionEngine) -> FrontServer
     async def call_tool(
         ctx: ServerRequestContext[Any], params: mcp_types.CallToolRequestParams
     ) -> mcp_types.CallToolResult:
-        session = ctx.session
+        progress: ProgressFn | None = None
+        if ctx.meta is not None and ctx.meta.get("progress_token") is not None:
+            # Only when asked: a progress callback makes every downstream request carry a
+            # token and a handler. (The SDK's in-process 2026 client passes its callback out of
+            # band, invisible here; over stdio and HTTP the token is always in `_meta`.)
+            session = ctx.session
 
-        # Always installed: whether the client asked for progress is not visible in `_meta` on
-        # every path (the 2026 in-process dispatcher passes a callback, no token), and
-        # `report_progress` is a no-op when it did not.
-        async def forward_progress(value: float, total: float | None, message: str | None) -> None:
-            await session.report_progress(value, total, message)
+            async def forward_progress(value: float, total: float | None, message: str | None) -> None:
+                await session.report_progress(value, total, message)
 
+            progress = forward_progress
         try:
-            run = await engine.execute(
-                params.name, params.arguments, request_id=ctx.request_id, progress=forward_progress
-            )
+            run = await engine.execute(params.name, params.arguments, request_id=ctx.request_id, progress=progress)
         except Exception:
             log.exception("internal error", tool=params.name)
             return error_result(f"Error executing tool {params.name}: internal gateway error (see the gateway log).")
