@@ -47,6 +47,11 @@ class AuditRecord(BaseModel):
     """A hook that answered in place of the downstream call."""
     argument_names: tuple[str, ...] = ()
     arguments: dict[str, Any] | None = None
+    plan_hash: str | None = None
+    """On the one record of a whole plan (`tool="orchestrate"`): a hash of the plan text."""
+    steps: int | None = None
+    outcome: dict[str, int] | None = None
+    """Step statuses of a plan and how many ended so."""
 
 
 class AuditSink(Protocol):

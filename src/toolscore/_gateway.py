@@ -18,6 +18,7 @@ from mcp.server.stdio import stdio_server
 from toolscore._audit import AuditSink, JsonlAuditSink, NullAuditSink
 from toolscore._engine import PostExecutionHook, PreExecutionHook, ToolExecutionEngine
 from toolscore._hub import DownstreamHub, open_hub
+from toolscore._plan_tool import Orchestrator
 from toolscore._server import FrontServer, build_server
 from toolscore._stdio import pollable, stdio_transport
 from toolscore.config import Config, state_dir
@@ -35,6 +36,7 @@ class Gateway:
     hub: DownstreamHub
     engine: ToolExecutionEngine
     server: FrontServer
+    orchestrator: Orchestrator
 
 
 def _audit_sink(config: Config) -> AuditSink:
@@ -69,7 +71,8 @@ async def open_gateway(
             engine = ToolExecutionEngine(
                 tools=hub, call=hub.call, config=config, audit=sink, pre_hooks=pre_hooks, post_hooks=post_hooks
             )
-            yield Gateway(config, hub, engine, build_server(hub, engine))
+            orchestrator = Orchestrator(tools=hub, engine=engine, config=config, audit=sink)
+            yield Gateway(config, hub, engine, build_server(hub, engine, orchestrator), orchestrator)
     finally:
         sink.close()
 

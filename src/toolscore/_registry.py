@@ -49,10 +49,16 @@ class Registry:
     routes: Mapping[str, Route] = field(default_factory=dict)
     problems: tuple[str, ...] = ()
     servers: tuple[str, ...] = ()
+    by_remote: Mapping[tuple[str, str], Route] = field(default_factory=dict)
+    """(server, downstream tool name) -> route, for plans that name tools the way servers do."""
 
     def get(self, name: str) -> Route | None:
         """The route for a public tool name, if any."""
         return self.routes.get(name)
+
+    def find(self, server: str, tool: str) -> Route | None:
+        """The route of a server's tool by its downstream name (None if not exposed)."""
+        return self.by_remote.get((server, tool))
 
     def tools(self) -> list[mcp_types.Tool]:
         """The exposed tool definitions, in server then downstream order."""
@@ -125,4 +131,5 @@ def build_registry(server_tools: Mapping[str, Sequence[mcp_types.Tool]], config:
                 problems.append(f"server '{server}' tool '{tool.name}' skipped: {problem}")
                 continue
             routes[name] = Route(name, server, tool.name, exposed_tool, _compile(tool.input_schema))
-    return Registry(routes=routes, problems=tuple(problems), servers=tuple(order))
+    by_remote = {(r.server, r.remote_name): r for r in routes.values()}
+    return Registry(routes=routes, problems=tuple(problems), servers=tuple(order), by_remote=by_remote)

@@ -18,6 +18,7 @@ from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, Too
 
 from toolscore._engine import ToolExecutionEngine, error_result
 from toolscore._hub import DownstreamHub
+from toolscore._plan_tool import ORCHESTRATE, Orchestrator
 from toolscore._version import __version__
 from toolscore.types import ProgressFn
 
@@ -51,15 +52,15 @@ class FrontServer(Server[Any]):
         )
 
 
-def build_server(hub: DownstreamHub, engine: ToolExecutionEngine) -> FrontServer:
-    """The front server over `hub`'s tools, calling through `engine`."""
+def build_server(hub: DownstreamHub, engine: ToolExecutionEngine, orchestrator: Orchestrator) -> FrontServer:
+    """The front server over `hub`'s tools, calling through `engine`, plus `orchestrate`."""
     sessions: dict[int, ServerSession] = {}
     bus = InMemorySubscriptionBus()
 
     async def list_tools(
         ctx: ServerRequestContext[Any], params: mcp_types.PaginatedRequestParams | None
     ) -> mcp_types.ListToolsResult:
-        return mcp_types.ListToolsResult(tools=hub.registry.tools())
+        return mcp_types.ListToolsResult(tools=[orchestrator.tool(), *hub.registry.tools()])
 
     async def call_tool(
         ctx: ServerRequestContext[Any], params: mcp_types.CallToolRequestParams
@@ -76,6 +77,8 @@ def build_server(hub: DownstreamHub, engine: ToolExecutionEngine) -> FrontServer
 
             progress = forward_progress
         try:
+            if params.name == ORCHESTRATE:
+                return await orchestrator(params.arguments, progress=progress, request_id=ctx.request_id)
             run = await engine.execute(params.name, params.arguments, request_id=ctx.request_id, progress=progress)
         except Exception:
             log.exception("internal error", tool=params.name)
@@ -84,6 +87,8 @@ def build_server(hub: DownstreamHub, engine: ToolExecutionEngine) -> FrontServer
         return run.result
 
     def input_schema(name: str) -> dict[str, Any] | None:
+        if name == ORCHESTRATE:
+            return orchestrator.tool().input_schema
         route = hub.registry.get(name)
         return route.tool.input_schema if route else None
 

@@ -39,7 +39,9 @@ __all__ = [
     "Config",
     "ConstraintsConfig",
     "GatewaySettings",
+    "PlanSettings",
     "ServerConfig",
+    "Shorthand",
     "ToolFilter",
     "default_config_path",
     "load_config",
@@ -76,6 +78,17 @@ class ToolFilter(_Frozen):
     """Downstream tool name -> exposed tool name (before the server prefix is added)."""
 
 
+class Shorthand(_Frozen):
+    """A plan tag bound to one tool of a server: `<tag>text</tag>` calls `tool` with the text."""
+
+    tag: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
+    """The tag (default: the server name)."""
+    tool: str
+    """The downstream tool name."""
+    primary: str | None = None
+    """The parameter that text content binds to; a dotted path for nested arguments (`params.code`)."""
+
+
 class ServerConfig(BaseModel):
     """One downstream server: stdio (`command`) or HTTP/SSE (`url`)."""
 
@@ -98,6 +111,16 @@ class ServerConfig(BaseModel):
     tools: ToolFilter = Field(default_factory=ToolFilter)
     prefix: str | None = None
     """Namespace for this server's tools (default: the server name); "" exposes them unprefixed."""
+    shorthand: Shorthand | tuple[Shorthand, ...] | None = None
+    """Plan tags bound to this server's tools (see docs/plan-language.md)."""
+
+    @property
+    def shorthands(self) -> tuple[Shorthand, ...]:
+        """The shorthand bindings as a tuple, with each tag filled in."""
+        if self.shorthand is None:
+            return ()
+        items = self.shorthand if isinstance(self.shorthand, tuple) else (self.shorthand,)
+        return tuple(s if s.tag else s.model_copy(update={"tag": self.name}) for s in items)
 
     @model_validator(mode="after")
     def _one_transport(self) -> ServerConfig:
@@ -142,6 +165,24 @@ class ConstraintsConfig(_Frozen):
     enabled: bool = False
 
 
+class PlanSettings(_Frozen):
+    """Limits of `orchestrate` plans."""
+
+    max_steps: int = Field(default=64, ge=1, le=1000)
+    max_depth: int = Field(default=8, ge=1, le=32)
+    max_bytes: int = Field(default=64 * 1024, ge=1024)
+    max_alternatives: int = Field(default=8, ge=1, le=64)
+    budget_seconds: float = Field(default=300.0, gt=0)
+    """Wall-time budget of one plan; when it runs out, running steps are cancelled."""
+    server_concurrency: int = Field(default=8, ge=1)
+    """Plan steps running at once on one server, across all plans."""
+    result_view_bytes: int = Field(default=4096, ge=256)
+    """How much of one step's result the model sees; references always use the full result."""
+    turn_view_bytes: int = Field(default=16384, ge=1024)
+    episodes: int = Field(default=64, ge=1)
+    """Episodes kept in memory for references across turns (least recently used dropped)."""
+
+
 class GatewaySettings(_Frozen):
     """The `toolscore` section: gateway-wide options."""
 
@@ -152,6 +193,7 @@ class GatewaySettings(_Frozen):
     log_dir: str | None = None
     """Where each server's stderr log goes (default: `<state dir>/logs`)."""
     audit: AuditConfig = Field(default_factory=AuditConfig)
+    plan: PlanSettings = Field(default_factory=PlanSettings)
 
 
 class Config(_Frozen):

@@ -1,0 +1,352 @@
+"""Running a checked plan over the downstream servers, every step through the engine.
+
+Theory of operation. In plan language v1 a call may only reference nodes that structurally
+finish before it starts (see `_plan_check`), so the block tree already holds every data edge: a
+recursive walk with anyio task groups starts each node the moment its structural predecessors
+finish, which is exactly the event-driven dataflow order, with no polling and no layer barriers.
+
+- `<sequential>` runs children in order; after a failure the rest are `skipped` (unless
+  `stop_on_error="false"`, or the failed call said `on_error="continue"`).
+- `<parallel>` starts children together (at most `max_concurrency`); `fail_fast` cancels running
+  siblings at the first failure and skips those not started.
+- `<race>` starts all; the first `ok` wins and the rest are cancelled.
+- `<fallback>` tries alternatives in order until one is `ok`; the rest are skipped.
+
+Deadlines nest: a call's `timeout` is passed to the engine (which cancels the downstream call);
+a block's `timeout` and the plan budget are cancel scopes. A step cancelled after its effective
+deadline passed is a `timeout`, otherwise `cancelled`. A step whose reference points at a failed
+step is `skipped` (its source's `on_error="continue"` lets it run and see `${x.error}`); a
+reference that does not resolve is a `ref_error`. Whatever happens, every finished step's result
+is kept: references use the full result, the model sees a capped view.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import anyio
+import mcp_types
+
+from toolscore._engine import ToolExecutionEngine
+from toolscore._plan import Block
+from toolscore._plan_check import CheckedBlock, CheckedCall, CheckedNode, CheckedPlan
+from toolscore._refs import RefError, resolve
+
+__all__ = ["BlockOutcome", "Episode", "PlanRunner", "StepRecord", "Status"]
+
+Status = Literal["ok", "error", "timeout", "cancelled", "skipped", "ref_error"]
+ProgressFn = Callable[[float, float | None, str | None], Awaitable[None]]
+
+_RETRY_KINDS = frozenset({"timeout", "unavailable", "protocol"})
+_BACKOFF_FIRST, _BACKOFF_MAX = 0.25, 5.0
+
+
+@dataclass
+class StepRecord:
+    """The outcome of one step; its `value()` is what references see."""
+
+    step: int
+    id: str | None
+    server: str
+    tool: str
+    status: Status = "skipped"
+    text: str = ""
+    json: Any = None
+    error: str | None = None
+    ms: float = 0.0
+    attempts: int = 0
+    result: mcp_types.CallToolResult | None = None
+    on_error: str = "skip_dependents"
+
+    @property
+    def bytes(self) -> int:
+        return len(self.text.encode())
+
+    def value(self) -> dict[str, Any]:
+        return {
+            "status": self.status,
+            "text": self.text,
+            "json": self.json,
+            "error": self.error,
+            "ms": round(self.ms, 1),
+            "attempts": self.attempts,
+            "server": self.server,
+            "tool": self.tool,
+        }
+
+
+@dataclass
+class BlockOutcome:
+    """A block's status and value, for `${block_id}` and block errors."""
+
+    kind: str
+    id: str | None
+    status: Status
+    value: dict[str, Any] | None
+    error: str | None = None
+
+
+@dataclass
+class Episode:
+    """The turns of one `orchestrate` conversation: step numbers continue, references reach back."""
+
+    id: str
+    next_step: int = 1
+    steps: dict[int, StepRecord] = field(default_factory=dict)
+    ids: dict[str, int | None] = field(default_factory=dict)
+    """id -> step number (None for a block id, whose value is in `block_values`)."""
+    block_values: dict[str, dict[str, Any] | None] = field(default_factory=dict)
+
+    def lookup(self, target: int | str) -> dict[str, Any] | None:
+        """A target's value record, for reference resolution."""
+        if isinstance(target, int):
+            record = self.steps.get(target)
+            return record.value() if record else None
+        if target in self.block_values:
+            return self.block_values[target]
+        step = self.ids.get(target)
+        record = self.steps.get(step) if step is not None else None
+        return record.value() if record else None
+
+
+def _text_of(result: mcp_types.CallToolResult) -> str:
+    return "\n".join(b.text for b in result.content if isinstance(b, mcp_types.TextContent))
+
+
+def _json_of(result: mcp_types.CallToolResult, text: str) -> Any:
+    if result.structured_content is not None:
+        return result.structured_content
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def _failed(status: Status) -> bool:
+    return status != "ok"
+
+
+class PlanRunner:
+    """Runs one checked turn of an episode."""
+
+    def __init__(
+        self,
+        *,
+        engine: ToolExecutionEngine,
+        episode: Episode,
+        plan_id: str,
+        limiters: Callable[[str], anyio.CapacityLimiter],
+        progress: ProgressFn | None,
+        total: int,
+    ) -> None:
+        self._engine = engine
+        self._episode = episode
+        self._plan_id = plan_id
+        self._limiters = limiters
+        self._progress = progress
+        self._total = total
+        self._done = 0
+        self.blocks: list[BlockOutcome] = []
+
+    async def run(self, plan: CheckedPlan, budget: float) -> bool:
+        """Run the plan within `budget` seconds; returns False if the budget ran out."""
+        for call in plan.calls:
+            node = call.node
+            self._episode.steps[call.step] = StepRecord(
+                call.step, node.id, call.route.server, call.route.remote_name, on_error=node.on_error
+            )
+            if node.id:
+                self._episode.ids[node.id] = call.step
+        for ident, target in plan.ids.items():
+            if isinstance(target, Block):
+                self._episode.ids[ident] = None
+        with anyio.move_on_after(budget) as scope:
+            await self._node(plan.root, anyio.current_time() + budget)
+        return not scope.cancelled_caught
+
+    # -- nodes ------------------------------------------------------------------------------------
+
+    async def _node(self, node: CheckedNode, deadline: float) -> Status:
+        """Run a node; `deadline` is the effective one (blocks and budget), to tell timeouts apart."""
+        if isinstance(node, CheckedCall):
+            return await self._call(node, deadline)
+        block = node.block
+        if block.timeout is None:
+            status = await self._block(node, deadline)
+        else:
+            with anyio.move_on_after(block.timeout) as scope:
+                status = await self._block(node, min(deadline, anyio.current_time() + block.timeout))
+            if scope.cancelled_caught:
+                status = "timeout"
+        value = self._block_value(node, status)
+        if block.id:
+            self._episode.block_values[block.id] = value
+        if (_failed(status) and block.kind != "sequential") or status == "timeout":
+            self.blocks.append(BlockOutcome(block.kind, block.id, status, value, self._block_error(node, status)))
+        return status
+
+    async def _block(self, node: CheckedBlock, deadline: float) -> Status:
+        kind = node.block.kind
+        if kind == "sequential":
+            return await self._sequential(node, deadline)
+        if kind == "fallback":
+            for child in node.children:
+                if await self._node(child, deadline) == "ok":
+                    return "ok"
+            return "error"
+        return await self._concurrent(node, deadline)
+
+    async def _sequential(self, node: CheckedBlock, deadline: float) -> Status:
+        status: Status = "ok"
+        for child in node.children:
+            child_status = await self._node(child, deadline)
+            if _failed(child_status) and not self._continues(child):
+                status = "error" if child_status != "timeout" else "timeout"
+                if node.block.stop_on_error:
+                    break
+        return status
+
+    async def _concurrent(self, node: CheckedBlock, deadline: float) -> Status:
+        block = node.block
+        statuses: list[Status] = []
+        limit = anyio.CapacityLimiter(block.max_concurrency) if block.max_concurrency else None
+        winner = False
+        async with anyio.create_task_group() as tg:
+
+            async def child_task(child: CheckedNode) -> None:
+                nonlocal winner
+                if limit is not None:
+                    async with limit:
+                        status = await self._node(child, deadline)
+                else:
+                    status = await self._node(child, deadline)
+                statuses.append(status)
+                if block.kind == "race" and status == "ok":
+                    winner = True
+                    tg.cancel_scope.cancel()
+                elif block.kind == "parallel" and block.policy == "fail_fast" and _failed(status):
+                    tg.cancel_scope.cancel()
+
+            for child in node.children:
+                tg.start_soon(child_task, child)
+        if block.kind == "race":
+            return "ok" if winner else "error"
+        return "ok" if len(statuses) == len(node.children) and not any(map(_failed, statuses)) else "error"
+
+    def _continues(self, node: CheckedNode) -> bool:
+        return isinstance(node, CheckedCall) and node.node.on_error == "continue"
+
+    # -- calls ------------------------------------------------------------------------------------
+
+    async def _call(self, call: CheckedCall, deadline: float) -> Status:
+        record = self._episode.steps[call.step]
+        began = time.perf_counter()
+        try:
+            await self._attempts(call, record)
+        except anyio.get_cancelled_exc_class():
+            # Inside a cancelled scope anyio reports the deadline as -inf whatever the cause, so
+            # the effective deadline is passed down the tree to tell a timeout from a decision.
+            expired = anyio.current_time() >= deadline - 0.001
+            record.status = "timeout" if expired else "cancelled"
+            record.error = "the enclosing deadline expired" if expired else "cancelled: another branch decided the block"
+            record.ms = (time.perf_counter() - began) * 1000
+            await self._finished(record)
+            raise
+        record.ms = (time.perf_counter() - began) * 1000
+        await self._finished(record)
+        return record.status
+
+    async def _attempts(self, call: CheckedCall, record: StepRecord) -> None:
+        for ref in call.refs:
+            source = self._episode.lookup(ref.target)
+            source_record = self._source_record(ref.target)
+            if source is not None and source["status"] != "ok":
+                on_error = source_record.on_error if source_record else "skip_dependents"
+                if on_error != "continue":
+                    record.status = "skipped"
+                    record.error = f"skipped: {ref.raw} did not succeed ({source['status']})"
+                    return
+        try:
+            arguments = resolve(call.arguments, self._episode.lookup)
+        except RefError as exc:
+            record.status, record.error = "ref_error", str(exc)
+            return
+        retries = call.node.retries
+        delay = _BACKOFF_FIRST
+        for attempt in range(1, retries + 2):
+            record.attempts = attempt
+            async with self._limiters(call.route.server):
+                run = await self._engine.execute(
+                    call.route.public_name, arguments, plan_id=self._plan_id, timeout=call.node.timeout
+                )
+            result = run.result
+            assert result is not None
+            record.result = result
+            record.text = _text_of(result)
+            record.json = _json_of(result, record.text)
+            if run.error is None and not result.is_error:
+                record.status, record.error = "ok", None
+                return
+            kind = run.error.kind if run.error is not None else "tool_error"
+            record.status = "timeout" if kind == "timeout" else "error"
+            record.error = record.text or kind
+            if kind not in _RETRY_KINDS or attempt > retries:
+                return
+            await anyio.sleep(min(delay, _BACKOFF_MAX) * random.uniform(0.8, 1.2))
+            delay *= 2
+
+    def _source_record(self, target: int | str) -> StepRecord | None:
+        step = target if isinstance(target, int) else self._episode.ids.get(target)
+        return self._episode.steps.get(step) if step is not None else None
+
+    async def _finished(self, record: StepRecord) -> None:
+        self._done += 1
+        if self._progress is not None:
+            message = f"step {record.step} {record.server}.{record.tool} {record.status} {record.ms:.0f} ms"
+            with anyio.CancelScope(shield=True):
+                await self._progress(self._done, self._total, message)
+
+    # -- block values -----------------------------------------------------------------------------
+
+    def _child_values(self, node: CheckedBlock) -> list[tuple[str | None, dict[str, Any] | None]]:
+        out: list[tuple[str | None, dict[str, Any] | None]] = []
+        for child in node.children:
+            if isinstance(child, CheckedCall):
+                out.append((child.node.id, self._episode.steps[child.step].value()))
+            else:
+                ident = child.block.id
+                out.append((ident, self._episode.block_values.get(ident) if ident else self._block_value(child, "ok")))
+        return out
+
+    def _block_value(self, node: CheckedBlock, status: Status) -> dict[str, Any] | None:
+        values = self._child_values(node)
+        kind = node.block.kind
+        if kind == "sequential":
+            return values[-1][1] if values else None
+        if kind in ("race", "fallback"):
+            winners = [v for _, v in values if v is not None and v["status"] == "ok"]
+            return winners[0] if winners else None
+        if all(ident for ident, _ in values):
+            combined: Any = {ident: (v or {}).get("json") for ident, v in values}
+        else:
+            combined = [(v or {}).get("json") for _, v in values]
+        text = json.dumps(combined, ensure_ascii=False, separators=(",", ":"))
+        return {"status": status, "text": text, "json": combined, "error": None, "ms": 0, "attempts": 1,
+                "server": None, "tool": "parallel"}
+
+    def _block_error(self, node: CheckedBlock, status: Status) -> str:
+        kind = node.block.kind
+        if status == "timeout":
+            return f"<{kind}> ran past its timeout; unfinished steps were cancelled"
+        failed = [
+            f"step {c.step}: {self._episode.steps[c.step].status}"
+            for c in node.children
+            if isinstance(c, CheckedCall) and self._episode.steps[c.step].status != "ok"
+        ]
+        what = "every alternative failed" if kind in ("race", "fallback") else "some steps failed"
+        return f"<{kind}>: {what}" + (f" ({'; '.join(failed)})" if failed else "")

@@ -1,0 +1,313 @@
+"""Static checks of a parsed plan against the live tools, before anything runs; pure.
+
+Every problem is collected (not just the first), each naming the step, tag or id and what to
+change. A plan that passes is a tree of `CheckedCall`s: routed, arguments bound to the tool's
+parameters, literal arguments valid against its inputSchema, references pointing only at steps
+that are guaranteed to have finished when the call starts.
+
+Visibility rule (v1): a call may reference any step of an earlier turn of its episode, and any
+node of this turn that completes before it starts, i.e. an earlier item of an enclosing
+`<sequential>` (the turn itself is one). Siblings in `<parallel>`, `<race>` and `<fallback>`
+run concurrently or as alternatives, so they may not reference each other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from toolscore._plan import Block, CallNode, ParsedTurn, PlanProblem
+from toolscore._refs import Ref, RefSyntaxError, contains_ref, find_refs
+from toolscore._registry import Registry, Route
+from toolscore.config import PlanSettings, Shorthand
+
+__all__ = ["CheckedBlock", "CheckedCall", "CheckedNode", "CheckedPlan", "PlanCheckError", "check_plan"]
+
+
+class PlanCheckError(Exception):
+    """The plan failed static checks; nothing of it may run."""
+
+    def __init__(self, problems: list[PlanProblem]) -> None:
+        self.problems = problems
+        super().__init__("; ".join(p.message for p in problems))
+
+
+@dataclass(frozen=True, slots=True)
+class CheckedCall:
+    """A call ready to run."""
+
+    node: CallNode
+    route: Route
+    arguments: dict[str, Any]
+    refs: tuple[Ref, ...]
+
+    @property
+    def step(self) -> int:
+        return self.node.step
+
+
+@dataclass(frozen=True, slots=True)
+class CheckedBlock:
+    """A block whose children are checked."""
+
+    block: Block
+    children: tuple[CheckedNode, ...]
+
+
+CheckedNode = CheckedCall | CheckedBlock
+
+
+@dataclass(frozen=True, slots=True)
+class CheckedPlan:
+    """A turn that passed every static check."""
+
+    root: CheckedBlock
+    calls: tuple[CheckedCall, ...]
+    ids: Mapping[str, int | Block] = field(default_factory=dict)
+    """This turn's ids: a call's id maps to its step number, a block's to the block."""
+
+
+def _set_path(target: dict[str, Any], dotted: str, value: Any) -> None:
+    keys = dotted.split(".")
+    for key in keys[:-1]:
+        target = target.setdefault(key, {})
+    target[keys[-1]] = value
+
+
+def _only_required_string(route: Route) -> str | None:
+    schema = route.tool.input_schema
+    props = schema.get("properties") or {}
+    required = [k for k in schema.get("required") or [] if (props.get(k) or {}).get("type") == "string"]
+    return required[0] if len(required) == 1 else None
+
+
+class _Checker:
+    def __init__(
+        self,
+        turn: ParsedTurn,
+        registry: Registry,
+        shorthands: Mapping[str, tuple[str, Shorthand]],
+        limits: PlanSettings,
+        earlier_steps: Mapping[int, str | None],
+        earlier_ids: Mapping[str, int | None],
+    ) -> None:
+        self.turn = turn
+        self.registry = registry
+        self.shorthands = shorthands
+        self.limits = limits
+        self.earlier_steps = earlier_steps
+        self.earlier_ids = earlier_ids
+        self.problems: list[PlanProblem] = []
+        self.ids: dict[str, int | Block] = {}
+        self.order: dict[int | str, int] = {}  # this turn's targets -> document position
+        self.calls: list[CheckedCall] = []
+
+    def problem(self, code: str, message: str, node: CallNode | Block | None = None, **where: Any) -> None:
+        if isinstance(node, CallNode):
+            where = {"step": node.step, "tag": node.tag, "id": node.id, "line": node.line, **where}
+        elif isinstance(node, Block):
+            where = {"tag": node.kind, "id": node.id, "line": node.line, **where}
+        self.problems.append(PlanProblem(code, message, **where))
+
+    # -- pass 1: ids and positions --------------------------------------------------------------
+
+    def index(self, node: CallNode | Block, position: list[int]) -> None:
+        position[0] += 1
+        if isinstance(node, CallNode):
+            self.order[node.step] = position[0]
+        ident = node.id
+        if ident is not None:
+            if ident in self.ids or ident in self.earlier_ids:
+                self.problem("duplicate_id", f"id '{ident}' is used twice; ids are unique per episode", node)
+            else:
+                self.ids[ident] = node.step if isinstance(node, CallNode) else node
+                self.order[ident] = position[0]
+        if isinstance(node, Block):
+            for child in node.children:
+                self.index(child, position)
+            # A block's value is there once its last child is done: it sorts after its children.
+            if ident is not None:
+                position[0] += 1
+                self.order[ident] = position[0]
+
+    # -- pass 2: routes, arguments, references ----------------------------------------------------
+
+    def node(self, node: CallNode | Block, visible: frozenset[int | str]) -> tuple[CheckedNode | None, set[int | str]]:
+        if isinstance(node, CallNode):
+            checked = self.call(node, visible)
+            done: set[int | str] = {node.step} | ({node.id} if node.id else set())
+            return checked, done
+        if node.kind in ("race", "fallback"):
+            if not node.children:
+                self.problem("empty_block", f"<{node.kind}> needs at least one alternative", node)
+            elif len(node.children) > self.limits.max_alternatives:
+                self.problem(
+                    "too_many_alternatives",
+                    f"<{node.kind}> has {len(node.children)} alternatives; the limit is {self.limits.max_alternatives}",
+                    node,
+                )
+        children: list[CheckedNode] = []
+        done_all: set[int | str] = set()
+        sequential_visible = set(visible)
+        for child in node.children:
+            child_visible = frozenset(sequential_visible) if node.kind == "sequential" else visible
+            checked, done = self.node(child, child_visible)
+            if checked is not None:
+                children.append(checked)
+            done_all |= done
+            if node.kind == "sequential":
+                sequential_visible |= done
+        if node.id:
+            done_all.add(node.id)
+        return CheckedBlock(node, tuple(children)), done_all
+
+    def route(self, node: CallNode) -> tuple[Route | None, Shorthand | None]:
+        servers = ", ".join(self.registry.servers) or "none"
+        if node.shorthand is not None:
+            binding = self.shorthands.get(node.shorthand)
+            if binding is None:
+                tags = ", ".join(f"<{t}>" for t in sorted(self.shorthands)) or "none configured"
+                if node.shorthand in self.registry.servers:
+                    hint = f"server '{node.shorthand}' has no shorthand configured; write <{node.shorthand}><tool>{{...}}</tool></{node.shorthand}>"
+                else:
+                    hint = f"unknown tag; servers: {servers}; shorthand tags: {tags}"
+                self.problem("unknown_tag", f"<{node.shorthand}>: {hint}", node)
+                return None, None
+            server, shorthand = binding
+            route = self.registry.find(server, shorthand.tool)
+            if route is None:
+                self.problem(
+                    "unknown_tool", f"<{node.shorthand}> is bound to {server}.{shorthand.tool}, which is not available", node
+                )
+            return route, shorthand
+        assert node.server is not None and node.tool is not None
+        route = self.registry.find(node.server, node.tool)
+        if route is None:
+            if node.server not in self.registry.servers:
+                self.problem("unknown_server", f"no server '{node.server}' is connected; servers: {servers}", node)
+            else:
+                tools = ", ".join(sorted(t for s, t in self.registry.by_remote if s == node.server))
+                self.problem("unknown_tool", f"server '{node.server}' has no tool '{node.tool}'; its tools: {tools}", node)
+        return route, None
+
+    def bind(self, node: CallNode, route: Route, shorthand: Shorthand | None) -> dict[str, Any] | None:
+        spec = node.args
+        if spec.kind == "empty":
+            return {}
+        if spec.kind in ("json", "args"):
+            return dict(spec.value)
+        primary = shorthand.primary if shorthand is not None else _only_required_string(route)
+        if primary is None:
+            why = (
+                f"shorthand <{node.tag}> has no 'primary' parameter configured"
+                if shorthand is not None
+                else f"tool '{route.remote_name}' has no single required string parameter"
+            )
+            self.problem("no_primary", f"text content needs a parameter to go to: {why}; pass a JSON object", node)
+            return None
+        arguments: dict[str, Any] = {}
+        _set_path(arguments, primary, spec.value)
+        return arguments
+
+    def call(self, node: CallNode, visible: frozenset[int | str]) -> CheckedCall | None:
+        route, shorthand = self.route(node)
+        if route is None:
+            return None
+        arguments = self.bind(node, route, shorthand)
+        if arguments is None:
+            return None
+        try:
+            refs = tuple(find_refs(arguments))
+        except RefSyntaxError as exc:
+            self.problem("bad_reference", str(exc), node)
+            return None
+        for ref in refs:
+            self.reference(node, ref, visible)
+        errors = [e for e in route.validator.iter_errors(arguments) if not contains_ref(e.instance)]
+        for err in sorted(errors, key=lambda e: list(map(str, e.absolute_path))):
+            where = ".".join(map(str, err.absolute_path)) or "(top level)"
+            self.problem("invalid_arguments", f"{route.public_name}: {where}: {err.message}", node)
+        if node.retries:
+            hints = route.tool.annotations
+            safe = node.idempotent or (hints is not None and (hints.read_only_hint or hints.idempotent_hint))
+            if not safe:
+                self.problem(
+                    "unsafe_retries",
+                    f"retries on '{route.public_name}', which is not annotated readOnly or idempotent; "
+                    'add idempotent="true" if repeating it is harmless',
+                    node,
+                )
+        checked = CheckedCall(node, route, arguments, refs)
+        self.calls.append(checked)
+        return checked
+
+    def reference(self, node: CallNode, ref: Ref, visible: frozenset[int | str]) -> None:
+        target = ref.target
+        if target in visible or (isinstance(target, int) and target in self.earlier_steps):
+            return
+        if isinstance(target, str) and target in self.earlier_ids:
+            return
+        if target in self.order:
+            if self.order[target] >= self.order[node.step]:
+                self.problem(
+                    "forward_reference",
+                    f"step {node.step} uses {ref.raw}, which runs later (or is this step); move it after its source",
+                    node,
+                    ref=ref.raw,
+                )
+            else:
+                self.problem(
+                    "sibling_reference",
+                    f"step {node.step} uses {ref.raw}, which runs beside it in a <parallel>, <race> or "
+                    "<fallback>; put the source before that block",
+                    node,
+                    ref=ref.raw,
+                )
+            return
+        self.problem("unknown_reference", f"step {node.step} uses {ref.raw}: no step or id '{target}'", node, ref=ref.raw)
+
+
+def check_plan(
+    turn: ParsedTurn,
+    registry: Registry,
+    *,
+    shorthands: Mapping[str, tuple[str, Shorthand]],
+    limits: PlanSettings,
+    earlier_steps: Mapping[int, str | None] | None = None,
+    earlier_ids: Mapping[str, int | None] | None = None,
+) -> CheckedPlan:
+    """Check a parsed turn against the exposed tools.
+
+    Args:
+        turn: The parsed turn.
+        registry: The tools exposed now (a plan can only call what a direct call could).
+        shorthands: tag -> (server, binding).
+        limits: Plan limits from the config.
+        earlier_steps: Step numbers of earlier turns in the episode -> their ids.
+        earlier_ids: Ids of earlier turns -> their step numbers (None for blocks).
+
+    Raises:
+        PlanCheckError: with every problem found.
+    """
+    checker = _Checker(turn, registry, shorthands, limits, earlier_steps or {}, earlier_ids or {})
+    if len(turn.calls) > limits.max_steps:
+        checker.problem("too_many_steps", f"the plan has {len(turn.calls)} steps; the limit is {limits.max_steps}")
+    position = [0]
+    for child in turn.root.children:
+        checker.index(child, position)
+    root, _ = checker.node(turn.root, frozenset())
+    if checker.problems:
+        raise PlanCheckError(checker.problems)
+    assert isinstance(root, CheckedBlock)
+    return CheckedPlan(root, tuple(sorted(checker.calls, key=lambda c: c.step)), checker.ids)
+
+
+def shorthand_table(servers: Sequence[tuple[str, tuple[Shorthand, ...]]]) -> dict[str, tuple[str, Shorthand]]:
+    """tag -> (server, binding) from the configured servers (first server wins a tag)."""
+    table: dict[str, tuple[str, Shorthand]] = {}
+    for server, bindings in servers:
+        for binding in bindings:
+            assert binding.tag is not None
+            table.setdefault(binding.tag, (server, binding))
+    return table

@@ -1,0 +1,220 @@
+"""The `orchestrate` front tool: parse a plan, check all of it, run it, answer with `<result>`s."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+import uuid
+from collections import Counter, OrderedDict
+from datetime import UTC, datetime
+from typing import Any
+
+import anyio
+import mcp_types
+
+from toolscore._audit import AuditRecord, AuditSink
+from toolscore._engine import ToolExecutionEngine, error_result
+from toolscore._orchestrate import Episode, PlanRunner
+from toolscore._plan import ParsedTurn, PlanProblem, PlanSyntaxError, parse_turn
+from toolscore._plan_check import CheckedBlock, CheckedCall, CheckedPlan, PlanCheckError, check_plan, shorthand_table
+from toolscore._results import render_plan_errors, render_results
+from toolscore.config import Config
+from toolscore.types import ProgressFn, ToolSource
+
+__all__ = ["ORCHESTRATE", "Orchestrator"]
+
+ORCHESTRATE = "orchestrate"
+
+_CONTRACT = """\
+Run several tool calls in one turn: write an XML plan; toolscore checks the whole plan, runs it and \
+answers with one <result step= status=> per call.
+- Call: <SERVER><TOOL>{{"json": "args"}}</TOOL></SERVER>, or <call server="S" tool="T">{{...}}</call>.
+- Shorthand tags take text for their main parameter: {shorthands}.
+- Blocks: <parallel>, <sequential stop_on_error="true">, <race> (first success wins), <fallback> (in order until one \
+succeeds). Call attributes: id="name", timeout="20s", retries="2" (read-only/idempotent tools), on_error="continue".
+- Use earlier results: ${{id}}, ${{3}}, $result_of_step_3, with paths ${{id.items[0].url}}, ${{id.text}}, \
+${{id.status}}; a JSON string that is exactly one reference gets the typed value. $$ is a literal $.
+- A step may only use steps that finish before it starts (earlier in a sequence, or an earlier turn of the same \
+episode). End the plan with <execute_tools />. Put reasoning in <think>...</think>.
+Servers: {servers}."""
+
+_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "plan": {"type": "string", "description": "The XML plan (see the tool description)."},
+        "episode": {
+            "type": "string",
+            "description": "Continue an episode: its id from an earlier answer; references may then use its steps.",
+        },
+        "dry_run": {"type": "boolean", "description": "Check the plan and describe it without running anything."},
+    },
+    "required": ["plan"],
+    "additionalProperties": False,
+}
+
+
+def _text(text: str, *, is_error: bool = False, structured: dict[str, Any] | None = None) -> mcp_types.CallToolResult:
+    return mcp_types.CallToolResult(
+        content=[mcp_types.TextContent(text=text)], structured_content=structured, is_error=is_error
+    )
+
+
+class Orchestrator:
+    """Owns the episodes and per-server plan concurrency; one per gateway."""
+
+    def __init__(self, *, tools: ToolSource, engine: ToolExecutionEngine, config: Config, audit: AuditSink) -> None:
+        self._tools = tools
+        self._engine = engine
+        self._config = config
+        self._limits = config.settings.plan
+        self._audit = audit
+        self._shorthands = shorthand_table([(s.name, s.shorthands) for s in config.enabled_servers])
+        self._episodes: OrderedDict[str, Episode] = OrderedDict()
+        self._limiters: dict[str, anyio.CapacityLimiter] = {}
+
+    def tool(self) -> mcp_types.Tool:
+        """The tool definition, listing the shorthand tags and servers available now."""
+        registry = self._tools.registry
+        shorthands = ", ".join(
+            f"<{tag}> ({server}.{binding.tool})"
+            for tag, (server, binding) in sorted(self._shorthands.items())
+            if registry.find(server, binding.tool) is not None
+        )
+        description = _CONTRACT.format(shorthands=shorthands or "none configured", servers=", ".join(registry.servers) or "none")
+        return mcp_types.Tool(
+            name=ORCHESTRATE,
+            title="Run a plan of tool calls",
+            description=description,
+            input_schema=_SCHEMA,
+            annotations=mcp_types.ToolAnnotations(read_only_hint=False, open_world_hint=True),
+        )
+
+    def _limiter(self, server: str) -> anyio.CapacityLimiter:
+        if server not in self._limiters:
+            self._limiters[server] = anyio.CapacityLimiter(self._limits.server_concurrency)
+        return self._limiters[server]
+
+    def _episode(self, ident: str | None) -> Episode:
+        if ident is not None and ident in self._episodes:
+            self._episodes.move_to_end(ident)
+            return self._episodes[ident]
+        episode = Episode(ident or uuid.uuid4().hex[:12])
+        self._episodes[episode.id] = episode
+        while len(self._episodes) > self._limits.episodes:
+            self._episodes.popitem(last=False)
+        return episode
+
+    async def __call__(
+        self, arguments: dict[str, Any] | None, *, progress: ProgressFn | None = None, request_id: Any = None
+    ) -> mcp_types.CallToolResult:
+        """Answer one `orchestrate` call."""
+        args = arguments or {}
+        plan, episode_id, dry_run = args.get("plan"), args.get("episode"), args.get("dry_run", False)
+        if not isinstance(plan, str) or not isinstance(episode_id, str | None) or not isinstance(dry_run, bool):
+            return error_result("orchestrate takes {'plan': string, 'episode'?: string, 'dry_run'?: boolean}.")
+        episode = self._episode(episode_id)
+        began = time.perf_counter()
+        try:
+            turn = parse_turn(plan, first_step=episode.next_step, max_bytes=self._limits.max_bytes)
+            if turn.depth > self._limits.max_depth:
+                raise PlanSyntaxError([PlanProblem("too_deep", f"blocks nest {turn.depth} deep; the limit is {self._limits.max_depth}")])
+            if not turn.calls:
+                return self._no_calls(turn, episode)
+            checked = check_plan(
+                turn,
+                self._tools.registry,
+                shorthands=self._shorthands,
+                limits=self._limits,
+                earlier_steps={n: r.id for n, r in episode.steps.items()},
+                earlier_ids=episode.ids,
+            )
+        except (PlanSyntaxError, PlanCheckError) as exc:
+            self._audit_plan(plan, request_id, None, began, {"plan_error": len(exc.problems)}, success=False)
+            return _text(render_plan_errors(exc.problems), is_error=True)
+        if dry_run:
+            return self._describe(checked, turn, episode)
+
+        plan_id = uuid.uuid4().hex[:12]
+        episode.next_step += len(turn.calls)
+        runner = PlanRunner(
+            engine=self._engine,
+            episode=episode,
+            plan_id=plan_id,
+            limiters=self._limiter,
+            progress=progress,
+            total=len(checked.calls),
+        )
+        finished = await runner.run(checked, self._limits.budget_seconds)
+        records = [episode.steps[c.step] for c in checked.calls]
+        text, steps = render_results(
+            records,
+            runner.blocks,
+            per_result=self._limits.result_view_bytes,
+            per_turn=self._limits.turn_view_bytes,
+            warnings=turn.warnings,
+            episode=episode.id,
+            budget_expired=not finished,
+        )
+        outcome = Counter(r.status for r in records)
+        self._audit_plan(plan, request_id, plan_id, began, dict(outcome), success=outcome.get("ok", 0) == len(records))
+        structured = {"episode": episode.id, "plan_id": plan_id, "completed": finished, "steps": steps}
+        return _text(text, structured=structured)
+
+    def _no_calls(self, turn: ParsedTurn, episode: Episode) -> mcp_types.CallToolResult:
+        if turn.answer is not None:
+            self._episodes.pop(episode.id, None)
+            return _text(f"<episode id=\"{episode.id}\" ended=\"true\" />\nAnswer received.", structured={"episode": episode.id, "answer": turn.answer})
+        problem = PlanProblem(
+            "empty_plan",
+            "no tool calls found: write <server><tool>{...}</tool></server> items and end with <execute_tools />",
+        )
+        return _text(render_plan_errors([problem]), is_error=True)
+
+    def _describe(self, plan: CheckedPlan, turn: ParsedTurn, episode: Episode) -> mcp_types.CallToolResult:
+        def node(n: CheckedBlock | CheckedCall) -> dict[str, Any]:
+            if isinstance(n, CheckedCall):
+                return {
+                    "step": n.step,
+                    "id": n.node.id,
+                    "server": n.route.server,
+                    "tool": n.route.remote_name,
+                    "exposed_as": n.route.public_name,
+                    "arguments": n.arguments,
+                    "depends_on": sorted({str(r.target) for r in n.refs}),
+                    "timeout": n.node.timeout,
+                    "retries": n.node.retries,
+                }
+            block = n.block
+            return {"block": block.kind, "id": block.id, "children": [node(c) for c in n.children]}
+
+        tree = node(plan.root)
+        lines = [f"<plan steps=\"{len(plan.calls)}\" episode=\"{episode.id}\" dry_run=\"true\">"]
+        for call in plan.calls:
+            deps = ", ".join(sorted({str(r.target) for r in call.refs})) or "-"
+            lines.append(
+                f"  step {call.step}{' (' + call.node.id + ')' if call.node.id else ''}: "
+                f"{call.route.server}.{call.route.remote_name} depends on {deps}"
+            )
+        lines.append("</plan>")
+        lines.extend(f"<warning>{w}</warning>" for w in turn.warnings)
+        return _text("\n".join(lines), structured={"episode": episode.id, "plan": tree})
+
+    def _audit_plan(
+        self, plan: str, request_id: Any, plan_id: str | None, began: float, outcome: dict[str, int], *, success: bool
+    ) -> None:
+        self._audit.write(
+            AuditRecord(
+                time=datetime.now(UTC),
+                call_id=plan_id or uuid.uuid4().hex[:12],
+                request_id=None if request_id is None else str(request_id),
+                plan_id=plan_id,
+                tool=ORCHESTRATE,
+                phase="plan",
+                duration_ms=round((time.perf_counter() - began) * 1000, 3),
+                success=success,
+                error_kind=None if success else ("plan_error" if "plan_error" in outcome else "step_failed"),
+                plan_hash=hashlib.sha256(plan.encode()).hexdigest()[:16],
+                steps=sum(v for k, v in outcome.items() if k != "plan_error"),
+                outcome=outcome,
+            )
+        )
