@@ -139,7 +139,7 @@ def stdio_gateway(tmp_path: Path) -> Iterator[subprocess.Popen[bytes]]:
 def test_stdio_carries_only_json_rpc_and_exits_on_stdin_eof(stdio_gateway: subprocess.Popen[bytes]) -> None:
     proc = stdio_gateway
     _rpc(proc, {"jsonrpc": "2.0", "id": 2, "method": "tools/list"})
-    assert len(_read(proc, 2)["result"]["tools"]) == 13
+    assert len(_read(proc, 2)["result"]["tools"]) == 1 + 13  # orchestrate + the fixture's
     _rpc(proc, {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "fx__pid", "arguments": {}}})
     child = int(_read(proc, 3)["result"]["content"][0]["text"])
     size = 200_000
@@ -179,7 +179,7 @@ async def test_a_real_stdio_client_in_both_eras(tmp_path: Path, mode: str) -> No
     path = write_config(tmp_path, {"fx": fixture_entry(tmp_path)})
     params = StdioServerParameters(command=TOOLSCORE, args=["serve", "--config", str(path)])
     async with Client(params, mode=mode) as client:
-        assert len((await client.list_tools()).tools) == 13
+        assert len((await client.list_tools()).tools) == 1 + 13  # orchestrate + the fixture's
         result = await client.call_tool("fx__add", {"a": 1, "b": 2})
         assert result.structured_content == {"sum": 3}
 

@@ -160,7 +160,7 @@ async def test_a_tool_with_an_invalid_schema_is_skipped_and_the_rest_served(tmp_
     cfg = make_config({"raw": {"command": sys.executable, "args": [RAW_SERVER]}})
     async with running_gateway(cfg, tmp_path) as (gw, _), Client(gw.server) as client:
         names = [t.name for t in (await client.list_tools()).tools]
-        assert names == ["raw__good"]
+        assert names == ["orchestrate", "raw__good"]
         assert text(await client.call_tool("raw__good", {})) == "ok"
         assert any("'bad' skipped" in p for p in gw.hub.registry.problems)
 

@@ -35,7 +35,7 @@ async def test_server_everything_through_the_gateway(tmp_path: Path, mode: str) 
     async with running_gateway(cfg, tmp_path) as (gw, sink), Client(gw.server, mode=mode) as client:
         direct = {t.name for t in gw.hub.downstreams["ev"].tools}
         exposed = {t.name for t in (await client.list_tools()).tools}
-        assert exposed == {f"ev__{name}" for name in direct}
+        assert exposed == {"orchestrate"} | {f"ev__{name}" for name in direct}
 
         total = await client.call_tool("ev__get-sum", {"a": 2, "b": 40})
         assert "42" in total.content[0].text  # type: ignore[union-attr]

@@ -37,7 +37,7 @@ from toolscore._plan import Block
 from toolscore._plan_check import CheckedBlock, CheckedCall, CheckedNode, CheckedPlan
 from toolscore._refs import RefError, resolve
 
-__all__ = ["BlockOutcome", "Episode", "PlanRunner", "StepRecord", "Status"]
+__all__ = ["BlockOutcome", "Episode", "PlanRunner", "Status", "StepRecord"]
 
 Status = Literal["ok", "error", "timeout", "cancelled", "skipped", "ref_error"]
 ProgressFn = Callable[[float, float | None, str | None], Awaitable[None]]
@@ -253,7 +253,9 @@ class PlanRunner:
             # the effective deadline is passed down the tree to tell a timeout from a decision.
             expired = anyio.current_time() >= deadline - 0.001
             record.status = "timeout" if expired else "cancelled"
-            record.error = "the enclosing deadline expired" if expired else "cancelled: another branch decided the block"
+            record.error = (
+                "the enclosing deadline expired" if expired else "cancelled: another branch decided the block"
+            )
             record.ms = (time.perf_counter() - began) * 1000
             await self._finished(record)
             raise
@@ -336,8 +338,16 @@ class PlanRunner:
         else:
             combined = [(v or {}).get("json") for _, v in values]
         text = json.dumps(combined, ensure_ascii=False, separators=(",", ":"))
-        return {"status": status, "text": text, "json": combined, "error": None, "ms": 0, "attempts": 1,
-                "server": None, "tool": "parallel"}
+        return {
+            "status": status,
+            "text": text,
+            "json": combined,
+            "error": None,
+            "ms": 0,
+            "attempts": 1,
+            "server": None,
+            "tool": "parallel",
+        }
 
     def _block_error(self, node: CheckedBlock, status: Status) -> str:
         kind = node.block.kind

@@ -186,7 +186,10 @@ def _parse_json(raw: str, state: _State, where: str, pos: int, tag: str) -> Any:
             value = json.loads(repaired)
         except json.JSONDecodeError:
             state.problem(
-                "invalid_json", f"{where}: arguments are not valid JSON ({first.msg} at column {first.colno})", pos, tag=tag
+                "invalid_json",
+                f"{where}: arguments are not valid JSON ({first.msg} at column {first.colno})",
+                pos,
+                tag=tag,
             )
             return None
         state.warnings.append(f"{where}: repaired JSON (trailing commas or single quotes)")
@@ -322,7 +325,9 @@ class _Parser:
             elif name == "answer":
                 s.answer = body.strip()
             else:
-                s.warnings.append(f"line {s.line(start)}: a <{name}> written in the plan is ignored (only toolscore writes those)")
+                s.warnings.append(
+                    f"line {s.line(start)}: a <{name}> written in the plan is ignored (only toolscore writes those)"
+                )
             return close[1]
         if name in V2_BLOCKS:
             s.problem("unsupported", f"<{name}> is plan language v2 and not available yet", start, tag=name)
@@ -384,7 +389,9 @@ class _Parser:
                 options["max_concurrency"] = self.integer(value, kind, key, pos, 1, 64)
             elif key == "policy":
                 if value.startswith("quorum:"):
-                    s.problem("unsupported", "policy 'quorum:k' is plan language v2 and not available yet", pos, tag=kind)
+                    s.problem(
+                        "unsupported", "policy 'quorum:k' is plan language v2 and not available yet", pos, tag=kind
+                    )
                 elif value not in ("all", "fail_fast"):
                     s.problem("bad_attribute", f"<{kind} policy='{value}'>: use 'all' or 'fail_fast'", pos, tag=kind)
                 else:
@@ -400,7 +407,9 @@ class _Parser:
             if key == "timeout":
                 timeout = self.duration(value, server, start)
             else:
-                s.problem("unknown_attribute", f"server block <{server}> takes only 'timeout', not '{key}'", start, tag=server)
+                s.problem(
+                    "unknown_attribute", f"server block <{server}> takes only 'timeout', not '{key}'", start, tag=server
+                )
         pos = start
         while pos < close[0]:
             lt = text.find("<", pos, close[0])
@@ -414,7 +423,12 @@ class _Parser:
                 pos = close[0] if end == -1 else end + 3
                 continue
             if tag is None or tag.end() > close[0]:
-                s.problem("bad_tool_tag", f"inside <{server}>, expected a tool element like <tool_name>{{...}}</tool_name>", lt, tag=server)
+                s.problem(
+                    "bad_tool_tag",
+                    f"inside <{server}>, expected a tool element like <tool_name>{{...}}</tool_name>",
+                    lt,
+                    tag=server,
+                )
                 return
             name = tag.group(1)
             if name in RESERVED:
@@ -422,9 +436,16 @@ class _Parser:
                     inner = _find_close(text, "think", tag.end())
                     pos = inner[1] if inner else close[0]
                     continue
-                s.problem("bad_tool_tag", f"<{name}> cannot be a tool of server <{server}>; use <call server=\"{server}\" tool=\"{name}\">", lt, tag=name)
+                s.problem(
+                    "bad_tool_tag",
+                    f'<{name}> cannot be a tool of server <{server}>; use <call server="{server}" tool="{name}">',
+                    lt,
+                    tag=name,
+                )
                 return
-            pos = self.call(tag, _attrs(tag.group(2)), nodes, server=server, tool=name, default_timeout=timeout, limit=close[0])
+            pos = self.call(
+                tag, _attrs(tag.group(2)), nodes, server=server, tool=name, default_timeout=timeout, limit=close[0]
+            )
 
     def call(
         self,
@@ -460,7 +481,13 @@ class _Parser:
         known = CALL_ATTRS | ({"server", "tool"} if explicit else frozenset())
         for key, value in attrs.items():
             if key in V2_CALL_ATTRS:
-                s.problem("unsupported", f"attribute '{key}' is plan language v2 and not available yet", start, step=step, tag=name)
+                s.problem(
+                    "unsupported",
+                    f"attribute '{key}' is plan language v2 and not available yet",
+                    start,
+                    step=step,
+                    tag=name,
+                )
             elif key not in known:
                 s.problem("unknown_attribute", f"<{name}> has no attribute '{key}'", start, step=step, tag=name)
             elif key == "id":
@@ -471,7 +498,13 @@ class _Parser:
                 options["retries"] = self.integer(value, name, key, start, 0, 5, step) or 0
             elif key == "on_error":
                 if value not in ("skip_dependents", "continue"):
-                    s.problem("bad_attribute", f"on_error='{value}': use 'skip_dependents' or 'continue'", start, step=step, tag=name)
+                    s.problem(
+                        "bad_attribute",
+                        f"on_error='{value}': use 'skip_dependents' or 'continue'",
+                        start,
+                        step=step,
+                        tag=name,
+                    )
                 else:
                     options["on_error"] = value
             elif key == "idempotent":
@@ -506,7 +539,12 @@ class _Parser:
         cursor = 0
         while (tag := _OPEN_RE.search(body, cursor)) is not None:
             if tag.group(1) != "arg":
-                s.problem("bad_arg", f"{where}: only <arg> elements may sit beside <arg>, found <{tag.group(1)}>", pos, step=step)
+                s.problem(
+                    "bad_arg",
+                    f"{where}: only <arg> elements may sit beside <arg>, found <{tag.group(1)}>",
+                    pos,
+                    step=step,
+                )
                 break
             attrs = _attrs(tag.group(2))
             close = _find_close(body, "arg", tag.end()) if not tag.group(3) else (tag.end(), tag.end())
@@ -529,7 +567,13 @@ class _Parser:
                     try:
                         values[name] = json.loads(text)
                     except json.JSONDecodeError as exc:
-                        s.problem("invalid_json", f"{where} <arg name='{name}' type='json'>: {exc.msg}", pos, step=step, tag="arg")
+                        s.problem(
+                            "invalid_json",
+                            f"{where} <arg name='{name}' type='json'>: {exc.msg}",
+                            pos,
+                            step=step,
+                            tag="arg",
+                        )
                 else:
                     values[name] = text.strip("\n") if not stripped.startswith(_CDATA_OPEN) else text
             cursor = close[1]
@@ -546,7 +590,9 @@ class _Parser:
     def duration(self, value: str, tag: str, pos: int, step: int | None = None) -> float | None:
         seconds = _duration(value)
         if seconds is None or seconds <= 0:
-            self.s.problem("bad_attribute", f"timeout='{value}': write a duration like 500ms, 20s or 2m", pos, step=step, tag=tag)
+            self.s.problem(
+                "bad_attribute", f"timeout='{value}': write a duration like 500ms, 20s or 2m", pos, step=step, tag=tag
+            )
             return None
         return seconds
 
@@ -556,9 +602,13 @@ class _Parser:
             self.s.problem("bad_attribute", f"{key}='{value}': use true or false", pos, step=step, tag=tag)
         return parsed
 
-    def integer(self, value: str, tag: str, key: str, pos: int, low: int, high: int, step: int | None = None) -> int | None:
+    def integer(
+        self, value: str, tag: str, key: str, pos: int, low: int, high: int, step: int | None = None
+    ) -> int | None:
         if not value.strip().isdigit() or not low <= int(value) <= high:
-            self.s.problem("bad_attribute", f"{key}='{value}': use a whole number from {low} to {high}", pos, step=step, tag=tag)
+            self.s.problem(
+                "bad_attribute", f"{key}='{value}': use a whole number from {low} to {high}", pos, step=step, tag=tag
+            )
             return None
         return int(value)
 

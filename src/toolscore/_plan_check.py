@@ -169,7 +169,8 @@ class _Checker:
             if binding is None:
                 tags = ", ".join(f"<{t}>" for t in sorted(self.shorthands)) or "none configured"
                 if node.shorthand in self.registry.servers:
-                    hint = f"server '{node.shorthand}' has no shorthand configured; write <{node.shorthand}><tool>{{...}}</tool></{node.shorthand}>"
+                    name = node.shorthand
+                    hint = f"server '{name}' has no shorthand configured; write <{name}><tool>{{...}}</tool></{name}>"
                 else:
                     hint = f"unknown tag; servers: {servers}; shorthand tags: {tags}"
                 self.problem("unknown_tag", f"<{node.shorthand}>: {hint}", node)
@@ -178,7 +179,9 @@ class _Checker:
             route = self.registry.find(server, shorthand.tool)
             if route is None:
                 self.problem(
-                    "unknown_tool", f"<{node.shorthand}> is bound to {server}.{shorthand.tool}, which is not available", node
+                    "unknown_tool",
+                    f"<{node.shorthand}> is bound to {server}.{shorthand.tool}, which is not available",
+                    node,
                 )
             return route, shorthand
         assert node.server is not None and node.tool is not None
@@ -188,7 +191,9 @@ class _Checker:
                 self.problem("unknown_server", f"no server '{node.server}' is connected; servers: {servers}", node)
             else:
                 tools = ", ".join(sorted(t for s, t in self.registry.by_remote if s == node.server))
-                self.problem("unknown_tool", f"server '{node.server}' has no tool '{node.tool}'; its tools: {tools}", node)
+                self.problem(
+                    "unknown_tool", f"server '{node.server}' has no tool '{node.tool}'; its tools: {tools}", node
+                )
         return route, None
 
     def bind(self, node: CallNode, route: Route, shorthand: Shorthand | None) -> dict[str, Any] | None:
@@ -265,7 +270,9 @@ class _Checker:
                     ref=ref.raw,
                 )
             return
-        self.problem("unknown_reference", f"step {node.step} uses {ref.raw}: no step or id '{target}'", node, ref=ref.raw)
+        self.problem(
+            "unknown_reference", f"step {node.step} uses {ref.raw}: no step or id '{target}'", node, ref=ref.raw
+        )
 
 
 def check_plan(

@@ -80,7 +80,9 @@ class Orchestrator:
             for tag, (server, binding) in sorted(self._shorthands.items())
             if registry.find(server, binding.tool) is not None
         )
-        description = _CONTRACT.format(shorthands=shorthands or "none configured", servers=", ".join(registry.servers) or "none")
+        description = _CONTRACT.format(
+            shorthands=shorthands or "none configured", servers=", ".join(registry.servers) or "none"
+        )
         return mcp_types.Tool(
             name=ORCHESTRATE,
             title="Run a plan of tool calls",
@@ -117,7 +119,9 @@ class Orchestrator:
         try:
             turn = parse_turn(plan, first_step=episode.next_step, max_bytes=self._limits.max_bytes)
             if turn.depth > self._limits.max_depth:
-                raise PlanSyntaxError([PlanProblem("too_deep", f"blocks nest {turn.depth} deep; the limit is {self._limits.max_depth}")])
+                raise PlanSyntaxError(
+                    [PlanProblem("too_deep", f"blocks nest {turn.depth} deep; the limit is {self._limits.max_depth}")]
+                )
             if not turn.calls:
                 return self._no_calls(turn, episode)
             checked = check_plan(
@@ -163,7 +167,10 @@ class Orchestrator:
     def _no_calls(self, turn: ParsedTurn, episode: Episode) -> mcp_types.CallToolResult:
         if turn.answer is not None:
             self._episodes.pop(episode.id, None)
-            return _text(f"<episode id=\"{episode.id}\" ended=\"true\" />\nAnswer received.", structured={"episode": episode.id, "answer": turn.answer})
+            return _text(
+                f'<episode id="{episode.id}" ended="true" />\nAnswer received.',
+                structured={"episode": episode.id, "answer": turn.answer},
+            )
         problem = PlanProblem(
             "empty_plan",
             "no tool calls found: write <server><tool>{...}</tool></server> items and end with <execute_tools />",
@@ -188,7 +195,7 @@ class Orchestrator:
             return {"block": block.kind, "id": block.id, "children": [node(c) for c in n.children]}
 
         tree = node(plan.root)
-        lines = [f"<plan steps=\"{len(plan.calls)}\" episode=\"{episode.id}\" dry_run=\"true\">"]
+        lines = [f'<plan steps="{len(plan.calls)}" episode="{episode.id}" dry_run="true">']
         for call in plan.calls:
             deps = ", ".join(sorted({str(r.target) for r in call.refs})) or "-"
             lines.append(

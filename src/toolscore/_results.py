@@ -92,7 +92,8 @@ def render_results(
             }
         )
     for block in blocks:
-        lines.append(f"<result{_attrs({'block': block.kind, 'id': block.id, 'status': block.status})}>{escape(block.error or '')}</result>")
+        attrs = _attrs({"block": block.kind, "id": block.id, "status": block.status})
+        lines.append(f"<result{attrs}>{escape(block.error or '')}</result>")
     if budget_expired:
         lines.append("<warning>the plan's time budget ran out: unfinished steps were cancelled</warning>")
     lines.extend(f"<warning>{escape(w)}</warning>" for w in warnings)
