@@ -79,3 +79,30 @@ async def test_server_filesystem_with_denied_write_tools(tmp_path: Path) -> None
         outside = await client.call_tool("fs__read_text_file", {"path": "/etc/hostname"})
         assert outside.is_error  # the server's own confinement, passed through verbatim
     assert not (root / "x").exists()
+
+
+@requires_npm_servers
+async def test_one_plan_over_both_third_party_servers(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / "a.md").write_text("alpha\n")
+    cfg = make_config(
+        {
+            "ev": {"command": str(EVERYTHING), "args": ["stdio"]},
+            "fs": {
+                "command": str(FILESYSTEM),
+                "args": [str(root)],
+                "shorthand": {"tag": "read", "tool": "read_text_file", "primary": "path"},
+            },
+        }
+    )
+    plan = (
+        f'<parallel><ev><get-sum id="s">{{"a": 20, "b": 22}}</get-sum></ev><read id="f">{root}/a.md</read></parallel>'
+        '<call server="ev" tool="echo">{"message": "${s.text} / ${f.text}"}</call><execute_tools />'
+    )
+    async with running_gateway(cfg, tmp_path) as (gw, _), Client(gw.server, mode="legacy") as client:
+        result = await client.call_tool("orchestrate", {"plan": plan})
+    assert result.structured_content is not None, result.content
+    steps = result.structured_content["steps"]
+    assert [s["status"] for s in steps] == ["ok", "ok", "ok"]
+    assert "42" in steps[2]["result"] and "alpha" in steps[2]["result"]

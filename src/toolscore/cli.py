@@ -14,6 +14,7 @@ import mcp_types
 
 from toolscore._gateway import Gateway, open_gateway, serve_http, serve_stdio
 from toolscore._logging import configure_logging
+from toolscore._plan_tool import ORCHESTRATE
 from toolscore._version import __version__
 from toolscore.config import Config, default_config_path, load_config
 from toolscore.errors import ConfigError
@@ -43,7 +44,7 @@ def _parser() -> argparse.ArgumentParser:
     tools.add_argument("--json", action="store_true", help="print the full tool definitions as JSON")
 
     call = sub.add_parser("call", parents=[common], help="call one tool through the engine")
-    call.add_argument("tool", help="the exposed tool name, e.g. files__read_file")
+    call.add_argument("tool", help="the exposed tool name, e.g. files__read_file, or orchestrate")
     call.add_argument("--args", default="{}", help="the arguments as a JSON object")
     return parser
 
@@ -88,8 +89,10 @@ async def _call(gw: Gateway, tool: str, raw_args: str) -> int:
     if not isinstance(arguments, dict):
         print("toolscore: error: --args must be a JSON object", file=sys.stderr)
         return EXIT_CONFIG
-    run = await gw.engine.execute(tool, arguments)
-    result = run.result
+    if tool == ORCHESTRATE:
+        result = await gw.orchestrator(arguments)
+    else:
+        result = (await gw.engine.execute(tool, arguments)).result
     assert result is not None
     for block in result.content:
         print(block.text if isinstance(block, mcp_types.TextContent) else block.model_dump_json(by_alias=True))
