@@ -59,6 +59,17 @@ def _text(text: str, *, is_error: bool = False, structured: dict[str, Any] | Non
     )
 
 
+def _referenced_steps(plan: CheckedPlan) -> frozenset[int]:
+    """Steps of this plan whose results later steps take by reference."""
+    steps: set[int] = set()
+    for call in plan.calls:
+        for ref in call.refs:
+            target = plan.ids.get(ref.target, ref.target) if isinstance(ref.target, str) else ref.target
+            if isinstance(target, int):
+                steps.add(target)
+    return frozenset(steps)
+
+
 class Orchestrator:
     """Owns the episodes and per-server plan concurrency; one per gateway."""
 
@@ -158,6 +169,7 @@ class Orchestrator:
             warnings=turn.warnings,
             episode=episode.id,
             budget_expired=not finished,
+            intermediate=_referenced_steps(checked),
         )
         outcome = Counter(r.status for r in records)
         self._audit_plan(plan, request_id, plan_id, began, dict(outcome), success=outcome.get("ok", 0) == len(records))

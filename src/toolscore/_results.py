@@ -52,8 +52,14 @@ def render_results(
     warnings: Sequence[str] = (),
     episode: str | None = None,
     budget_expired: bool = False,
+    intermediate: frozenset[int] = frozenset(),
 ) -> tuple[str, list[dict[str, Any]]]:
-    """The transcript, and the same per step as structured data."""
+    """The transcript, and the same per step as structured data.
+
+    Steps in `intermediate` feed later steps of the plan by reference; the model sees an eighth of
+    the usual view of them, since their data already went where it was needed. The structured form
+    carries a step's value only when it is shown whole: the text holds the view of the others.
+    """
     lines: list[str] = []
     if episode is not None:
         lines.append(f"<episode id={quoteattr(episode)} />")
@@ -61,7 +67,8 @@ def render_results(
     spent = 0
     for record in records:
         body = record.text if record.status == "ok" or not record.error else record.error
-        room = max(min(per_result, per_turn - spent), 256)
+        cap = per_result // 8 if record.step in intermediate else per_result
+        room = max(min(cap, per_turn - spent), 256)
         view = view_of(body, room)
         spent += len(view.text.encode())
         attrs = {
@@ -87,7 +94,7 @@ def render_results(
                 "attempts": record.attempts,
                 "bytes": record.bytes,
                 "truncated": view.truncated,
-                "result": record.json if not view.truncated and record.status == "ok" else view.text,
+                "result": None if view.truncated else record.json if record.status == "ok" else view.text,
                 "error": record.error,
             }
         )

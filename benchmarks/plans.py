@@ -1,0 +1,136 @@
+"""The plan scheduler against fixture servers, with direct-client floors measured in the same run.
+
+    .venv/bin/python benchmarks/plans.py [--repeat 3]
+
+Plans go straight to the gateway's `orchestrate` (no front client), so the figures are the
+scheduler plus the engine plus the stdio downstream hop. Each figure is the median of --repeat runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+from mcp import Client, StdioServerParameters
+
+from toolscore import MemoryAuditSink, open_gateway, parse_config
+from toolscore._logging import configure_logging
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURE = ROOT / "tests" / "fixtures" / "fixture_server.py"
+
+
+async def timed(fn: Callable[[], Awaitable[Any]], repeat: int) -> tuple[float, Any]:
+    runs, last = [], None
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        last = await fn()
+        runs.append(time.perf_counter() - t0)
+    return statistics.median(runs), last
+
+
+def sleeps(n: int, seconds: float) -> str:
+    return "".join(f'<fx><sleep>{{"seconds": {seconds}}}</sleep></fx>' for _ in range(n))
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    configure_logging("error")
+    tmp = Path(tempfile.mkdtemp(prefix="toolscore-bench-"))
+    params = StdioServerParameters(command=sys.executable, args=[str(FIXTURE)], env={"FIXTURE_STATE_DIR": str(tmp)})
+    cfg = parse_config(
+        {
+            "mcpServers": {"fx": {"command": params.command, "args": params.args, "env": params.env}},
+            "toolscore": {"plan": {"server_concurrency": 64}},
+        }
+    )
+    async with (
+        open_gateway(cfg, audit=MemoryAuditSink(), log_dir=tmp / "logs") as gw,
+        Client(params, mode="legacy") as direct,
+    ):
+
+        async def plan(text: str) -> Any:
+            result = await gw.orchestrator({"plan": text})
+            assert not result.is_error, result.content
+            return result
+
+        print(f"{'<parallel> of N x sleep(200 ms)':44} {'floor':>8} {'parallel':>9} {'seq':>8} {'efficiency':>10}")
+        for n in (1, 2, 4, 8, 16, 32):
+
+            async def floor(n: int = n) -> None:
+                async with anyio.create_task_group() as tg:
+                    for _ in range(n):
+                        tg.start_soon(direct.call_tool, "sleep", {"seconds": 0.2})
+
+            floor_s, _ = await timed(floor, args.repeat)
+            par_s, _ = await timed(lambda n=n: plan(f"<parallel>{sleeps(n, 0.2)}</parallel>"), args.repeat)
+            seq_s, _ = await timed(lambda n=n: plan(sleeps(n, 0.2)), 1) if n <= 8 else (float("nan"), None)
+            print(f"{'  N = ' + str(n):44} {floor_s:8.3f} {par_s:9.3f} {seq_s:8.3f} {floor_s / par_s:10.2f}")
+
+        hops = 10
+        chain = '<fx><echo id="e0">{"text": "x"}</echo></fx>' + "".join(
+            f'<fx><echo id="e{i}">{{"text": "${{e{i - 1}.text}}"}}</echo></fx>' for i in range(1, hops)
+        )
+
+        async def direct_chain() -> None:
+            text = "x"
+            for _ in range(hops):
+                text = (await direct.call_tool("echo", {"text": text})).content[0].text  # type: ignore[union-attr]
+
+        direct_s, _ = await timed(direct_chain, args.repeat)
+        chain_s, _ = await timed(lambda: plan(chain), args.repeat)
+        print(
+            f"\n{'chain of 10 dependent echo steps':44} direct {direct_s * 1000:7.1f} ms"
+            f"   plan {chain_s * 1000:7.1f} ms"
+        )
+        print(f"{'  added per dependency hop':44} {(chain_s - direct_s) / hops * 1000:7.2f} ms")
+
+        unbalanced = (
+            '<parallel><sequential><fx><sleep id="u1">{"seconds": 0.1}</sleep></fx>'
+            '<fx><sleep>{"seconds": 0.1, "tag": "${u1.status}"}</sleep></fx></sequential>'
+            '<fx><sleep>{"seconds": 0.3}</sleep></fx></parallel>'
+        )
+        unbalanced_s, _ = await timed(lambda: plan(unbalanced), args.repeat)
+        print(
+            f"{'unbalanced graph (critical path 300 ms)':44} {unbalanced_s * 1000:7.1f} ms = {unbalanced_s / 0.3:.3f} x"
+        )
+
+        fail_s, _ = await timed(lambda: direct.call_tool("fail", {}), args.repeat)
+        fast_s, _ = await timed(
+            lambda: plan(
+                '<parallel policy="fail_fast"><fx><sleep>{"seconds": 5}</sleep></fx><fx><fail>{}</fail></fx></parallel>'
+            ),
+            args.repeat,
+        )
+        print(f"{'fail_fast: plan wall time':44} {fast_s * 1000:7.1f} ms (a direct fail call: {fail_s * 1000:.1f} ms)")
+
+        timeout_s, _ = await timed(lambda: plan('<fx><sleep timeout="200ms">{"seconds": 5}</sleep></fx>'), args.repeat)
+        print(f"{'timeout=200ms: fired after':44} {timeout_s * 1000:7.1f} ms ({(timeout_s - 0.2) * 1000:+.1f} ms)")
+
+        size = 64 * 1024
+        passing = (
+            f'<fx><large id="big">{{"size": {size}}}</large></fx>'
+            '<fx><echo id="c1">{"text": "${big.text}"}</echo></fx><fx><echo>{"text": "${c1.text}"}</echo></fx>'
+        )
+        _, result = await timed(lambda: plan(passing), 1)
+        steps = result.structured_content["steps"]
+        moved = sum(s["bytes"] for s in steps)
+        seen = len(result.content[0].text.encode()) + len(json.dumps(result.structured_content).encode())
+        print(
+            f"{'64 KiB passed through 3 steps by reference':44} moved {moved} B,"
+            f" model sees {seen} B = {seen / moved:.1%}"
+        )
+
+
+if __name__ == "__main__":
+    anyio.run(main)
