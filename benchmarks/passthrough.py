@@ -3,9 +3,10 @@
     .venv/bin/python benchmarks/passthrough.py [--rounds 3] [--calls 500]
 
 Both paths use a real `mcp` client over stdio in the handshake era (what Claude Desktop speaks).
-"direct" spawns the fixture server; "gateway" spawns `toolscore serve`, which spawns the fixture.
+"direct" spawns the fixture server; "gateway" spawns `toolscore serve`, which spawns the fixture;
+"minimal" is the floor of any SDK-based proxy (benchmarks/minimal_proxy.py: forwarding only).
 Rounds alternate direct/gateway so machine noise hits both alike; each figure is the median over
-rounds, and the last column is gateway/direct. Audit logging is on (to a temporary file), as a
+rounds, and the last columns are ratios to direct. Audit logging is on (to a temporary file), as a
 user would run it.
 """
 
@@ -136,8 +137,14 @@ async def main() -> None:
             }
         )
     )
+    minimal = StdioServerParameters(
+        command=sys.executable,
+        args=[str(Path(__file__).parent / "minimal_proxy.py"), sys.executable, str(FIXTURE)],
+        env={"FIXTURE_STATE_DIR": str(tmp)},
+    )
     paths = [
         Route("direct", fixture, ""),
+        Route("minimal", minimal, ""),
         Route(
             "gateway",
             StdioServerParameters(command=TOOLSCORE, args=["serve", "--config", str(config)]),
@@ -146,15 +153,17 @@ async def main() -> None:
     ]
     results: dict[str, list[dict[str, float]]] = {p.name: [] for p in paths}
     for round_ in range(args.rounds):
-        for path in paths if round_ % 2 == 0 else reversed(paths):
+        for path in paths if round_ % 2 == 0 else list(reversed(paths)):
             results[path.name].append(await measure(path, args.calls))
             print(f"round {round_ + 1} {path.name}: done", file=sys.stderr)
 
-    print(f"\n{'metric':32} {'direct':>10} {'gateway':>10} {'ratio':>7}   (median of {args.rounds} rounds)")
+    print(
+        f"\n{'metric':32} {'direct':>10} {'minimal':>10} {'gateway':>10} {'min/dir':>8} {'gw/dir':>7}"
+        f"   (median of {args.rounds} rounds)"
+    )
     for metric in results["direct"][0]:
-        d = statistics.median(r[metric] for r in results["direct"])
-        g = statistics.median(r[metric] for r in results["gateway"])
-        print(f"{metric:32} {d:10.3f} {g:10.3f} {g / d:7.2f}")
+        d, m, g = (statistics.median(r[metric] for r in results[name]) for name in ("direct", "minimal", "gateway"))
+        print(f"{metric:32} {d:10.3f} {m:10.3f} {g:10.3f} {m / d:8.2f} {g / d:7.2f}")
     print(f"{'gateway RSS after 200 calls (MB)':32} {'':10} {gateway_rss_mb(config):10.1f}")
 
 
