@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import socket
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import anyio
+import mcp_types
 import pytest
 
 from toolscore import Config, Gateway, MemoryAuditSink, open_gateway, parse_config
@@ -44,3 +46,17 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def text(result: mcp_types.CallToolResult) -> str:
+    """The first content block's text."""
+    block = result.content[0]
+    assert isinstance(block, mcp_types.TextContent)
+    return block.text
+
+
+async def wait_for(predicate: Callable[[], bool], seconds: float = 10.0) -> None:
+    """Poll an effect that happens elsewhere (a subprocess, a progress task) with a bound."""
+    with anyio.fail_after(seconds):
+        while not predicate():  # noqa: ASYNC110 - the effect is in another process or task: no event to await
+            await anyio.sleep(0.01)

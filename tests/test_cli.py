@@ -18,7 +18,7 @@ import mcp_types
 import pytest
 from mcp import Client, StdioServerParameters
 
-from tests.conftest import fixture_entry, free_port
+from tests.conftest import fixture_entry, free_port, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -223,9 +223,7 @@ async def test_streamable_http_front_in_both_eras(http_gateway: str, mode: str) 
             seen.append(progress)
 
         await client.call_tool("fx__progress", {"steps": 3}, progress_callback=on_progress)
-        with anyio.fail_after(5):
-            while len(seen) < 3:  # noqa: ASYNC110 - progress arrives in its own task and may trail
-                await anyio.sleep(0.01)
+        await wait_for(lambda: len(seen) == 3)
         assert seen == [1, 2, 3]
 
 

@@ -7,12 +7,11 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import anyio
 import mcp_types
 import pytest
 from mcp import Client
 
-from tests.conftest import fixture_entry, make_config, running_gateway
+from tests.conftest import fixture_entry, make_config, running_gateway, text, wait_for
 from toolscore import Gateway, MemoryAuditSink
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
@@ -30,12 +29,6 @@ async def gw(tmp_path: Path) -> AsyncIterator[tuple[Gateway, MemoryAuditSink]]:
 async def run(gateway: Gateway, plan: str, **extra: Any) -> mcp_types.CallToolResult:
     async with Client(gateway.server, mode="legacy") as client:
         return await client.call_tool("orchestrate", {"plan": plan, **extra})
-
-
-def text(result: mcp_types.CallToolResult) -> str:
-    block = result.content[0]
-    assert isinstance(block, mcp_types.TextContent)
-    return block.text
 
 
 def statuses(result: mcp_types.CallToolResult) -> dict[int, str]:
@@ -120,9 +113,7 @@ async def test_parallel_steps_overlap(gw: tuple[Gateway, MemoryAuditSink]) -> No
 async def test_a_call_timeout_cancels_the_downstream_call(gw: tuple[Gateway, MemoryAuditSink], tmp_path: Path) -> None:
     result = await run(gw[0], '<fx><sleep timeout="200ms">{"seconds": 30, "tag": "t"}</sleep></fx><say>after</say>')
     assert statuses(result) == {1: "timeout", 2: "skipped"}
-    with anyio.fail_after(5):
-        while not (tmp_path / "cancelled-t").exists():  # noqa: ASYNC110 - written by the subprocess
-            await anyio.sleep(0.02)
+    await wait_for((tmp_path / "cancelled-t").exists)
 
 
 async def test_race_keeps_the_first_success_and_cancels_the_rest(
@@ -135,9 +126,7 @@ async def test_race_keeps_the_first_success_and_cancels_the_rest(
     )
     assert statuses(result) == {1: "cancelled", 2: "ok", 3: "ok"}
     assert step(result, 3)["result"] == "winner was fast"
-    with anyio.fail_after(5):
-        while not (tmp_path / "cancelled-loser").exists():  # noqa: ASYNC110 - written by the subprocess
-            await anyio.sleep(0.02)
+    await wait_for((tmp_path / "cancelled-loser").exists)
 
 
 async def test_fallback_tries_alternatives_in_order(gw: tuple[Gateway, MemoryAuditSink]) -> None:
@@ -167,6 +156,16 @@ async def test_failures_skip_dependents_unless_the_source_says_continue(gw: tupl
     )
     assert statuses(result) == {1: "error", 2: "skipped", 3: "error", 4: "ok"}
     assert step(result, 4)["result"] == "saw: also bad"
+
+
+async def test_a_step_runs_once_however_many_steps_use_it(gw: tuple[Gateway, MemoryAuditSink], tmp_path: Path) -> None:
+    result = await run(
+        gw[0],
+        '<fx><counter id="c">{"key": "once"}</counter></fx>'
+        "<parallel><say>${c.text}</say><say>n=${c.json}</say><say>s=$result_of_step_1</say></parallel>",
+    )
+    assert statuses(result) == {1: "ok", 2: "ok", 3: "ok", 4: "ok"}
+    assert (tmp_path / "count-once").read_text() == "1"
 
 
 async def test_a_sequence_stops_at_the_first_failure(gw: tuple[Gateway, MemoryAuditSink]) -> None:
@@ -230,9 +229,7 @@ async def test_progress_is_reported_per_finished_step(gw: tuple[Gateway, MemoryA
 
     async with Client(gw[0].server, mode="legacy") as client:
         await client.call_tool("orchestrate", {"plan": "<say>a</say><say>b</say>"}, progress_callback=on_progress)
-        with anyio.fail_after(5):
-            while len(messages) < 2:  # noqa: ASYNC110 - progress runs in its own task
-                await anyio.sleep(0.01)
+        await wait_for(lambda: len(messages) == 2)
     assert [(p, t) for p, t, _ in messages] == [(1, 2), (2, 2)]
     assert messages[0][2] is not None and re.match(r"step 1 fx\.echo ok \d+ ms", messages[0][2])
 

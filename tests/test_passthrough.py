@@ -15,25 +15,21 @@ import mcp_types
 import pytest
 from mcp import Client
 
-from tests.conftest import FIXTURE_SERVER, RAW_SERVER, fixture_entry, free_port, make_config, running_gateway
+from tests.conftest import (
+    FIXTURE_SERVER,
+    RAW_SERVER,
+    fixture_entry,
+    free_port,
+    make_config,
+    running_gateway,
+    text,
+    wait_for,
+)
 from toolscore import Gateway
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
 
 ERAS = ["legacy", "auto"]  # 2025-11-25 handshake clients, and 2026-07-28 (the Python SDK's default)
-
-
-def text(result: mcp_types.CallToolResult) -> str:
-    block = result.content[0]
-    assert isinstance(block, mcp_types.TextContent)
-    return block.text
-
-
-async def wait_for(predicate: Any, seconds: float = 10.0) -> None:
-    """Poll an external effect (a subprocess writing a file, reconnecting) with a bound."""
-    with anyio.fail_after(seconds):
-        while not predicate():  # noqa: ASYNC110 - the effect is in another process: no event to await
-            await anyio.sleep(0.02)
 
 
 @pytest.fixture
@@ -128,7 +124,7 @@ async def test_progress_notifications_reach_the_client(gateway: Gateway) -> None
     async with Client(gateway.server, mode=mode) as client:
         result = await client.call_tool("fx__progress", {"steps": 3}, progress_callback=on_progress)
         assert text(result) == "did 3 steps"
-        await wait_for(lambda: len(seen) == 3, 5)  # progress runs in its own task and may trail
+        await wait_for(lambda: len(seen) == 3, 5)
     assert seen == [(1, 3, "step 1"), (2, 3, "step 2"), (3, 3, "step 3")]
 
 

@@ -150,6 +150,10 @@ def test_an_unclosed_think_is_repaired_at_the_next_tag_line() -> None:
         ('<arg name="x">1</arg>', "misplaced_arg"),
         ('<call tool="fetch">{}</call>', "bad_call"),
         ("<sequential>" * 9 + "<search>x</search>" + "</sequential>" * 9, "too_deep"),
+        ("<search><parallel><x/></parallel></search>", "bad_tool_tag"),
+        ("<search><find_files>{}</find_files> <1></search>", "bad_tool_tag"),
+        ("<microsandbox><arg>no name</arg></microsandbox>", "bad_arg"),
+        ('<microsandbox><arg name="a" type="int">1</arg></microsandbox>', "bad_arg"),
     ],
 )
 def test_syntax_problems_have_stable_codes(text: str, code: str) -> None:
@@ -268,6 +272,7 @@ def test_limits_on_steps_and_alternatives() -> None:
         check_plan(turn, REGISTRY, shorthands=SHORTHANDS, limits=PlanSettings(max_steps=4))
     assert [p.code for p in err.value.problems] == ["too_many_steps"]
     assert codes("<race></race>") == ["empty_block"]
+    assert codes("<fallback>" + "<search>x</search>" * 9 + "</fallback>") == ["too_many_alternatives"]
 
 
 # -- references ----------------------------------------------------------------------------------

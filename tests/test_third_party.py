@@ -5,12 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import anyio
 import mcp_types
 import pytest
 from mcp import Client
 
-from tests.conftest import make_config, running_gateway
+from tests.conftest import make_config, running_gateway, wait_for
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
 
@@ -54,9 +53,7 @@ async def test_server_everything_through_the_gateway(tmp_path: Path, mode: str) 
         )
         assert not done.is_error
         if mode == "legacy":  # in-process, the 2026 client's progress callback carries no token
-            with anyio.fail_after(5):
-                while len(seen) < 3:  # noqa: ASYNC110 - progress arrives in its own task and may trail
-                    await anyio.sleep(0.01)
+            await wait_for(lambda: len(seen) >= 3)
     assert [r.success for r in sink.records] == [True, True, True, False, True]
 
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -36,11 +36,11 @@ from toolscore._engine import ToolExecutionEngine
 from toolscore._plan import Block
 from toolscore._plan_check import CheckedBlock, CheckedCall, CheckedNode, CheckedPlan
 from toolscore._refs import RefError, resolve
+from toolscore.types import ProgressFn
 
 __all__ = ["BlockOutcome", "Episode", "PlanRunner", "Status", "StepRecord"]
 
 Status = Literal["ok", "error", "timeout", "cancelled", "skipped", "ref_error"]
-ProgressFn = Callable[[float, float | None, str | None], Awaitable[None]]
 
 _RETRY_KINDS = frozenset({"timeout", "unavailable", "protocol"})
 _BACKOFF_FIRST, _BACKOFF_MAX = 0.25, 5.0
