@@ -239,6 +239,12 @@ def test_references_may_only_point_backwards_in_time() -> None:
     assert codes('<parallel id="p"><search>x</search></parallel><fetch><fetch>{"url": "${p}"}</fetch></fetch>') == []
 
 
+def test_mustache_references_to_known_targets_are_repaired_with_a_warning() -> None:
+    plan = check('<search id="a">x</search><fetch><fetch>{"url": "{{a.text}} {{ nope }} {{1}}"}</fetch></fetch>')
+    assert plan.calls[1].arguments == {"url": "${a.text} {{ nope }} ${1}"}
+    assert [w.split()[3] for w in plan.warnings] == ["{{a.text}}", "{{1}}"]
+
+
 def test_earlier_turns_of_the_episode_are_visible() -> None:
     plan = check_plan(
         parse_turn('<fetch><fetch>{"url": "${old.text}"}</fetch></fetch>', first_step=3),

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from toolscore._plan import Block, CallNode, ParsedTurn, PlanProblem
-from toolscore._refs import Ref, RefSyntaxError, contains_ref, find_refs
+from toolscore._refs import Ref, RefSyntaxError, contains_ref, find_refs, repair_mustache
 from toolscore._registry import Registry, Route
 from toolscore.config import PlanSettings, Shorthand
 
@@ -66,6 +66,8 @@ class CheckedPlan:
     calls: tuple[CheckedCall, ...]
     ids: Mapping[str, int | Block] = field(default_factory=dict)
     """This turn's ids: a call's id maps to its step number, a block's to the block."""
+    warnings: tuple[str, ...] = ()
+    """Repairs the checker made (e.g. `{{x}}` read as `${x}`)."""
 
 
 def _set_path(target: dict[str, Any], dotted: str, value: Any) -> None:
@@ -102,6 +104,7 @@ class _Checker:
         self.ids: dict[str, int | Block] = {}
         self.order: dict[int | str, int] = {}  # this turn's targets -> document position
         self.calls: list[CheckedCall] = []
+        self.warnings: list[str] = []
 
     def problem(self, code: str, message: str, node: CallNode | Block | None = None, **where: Any) -> None:
         if isinstance(node, CallNode):
@@ -222,6 +225,9 @@ class _Checker:
         arguments = self.bind(node, route, shorthand)
         if arguments is None:
             return None
+        arguments, repaired = repair_mustache(arguments, self.known)
+        for raw in repaired:
+            self.warnings.append(f"step {node.step}: read {raw} as ${{...}}; write references as ${{id}}")
         try:
             refs = tuple(find_refs(arguments))
         except RefSyntaxError as exc:
@@ -246,6 +252,9 @@ class _Checker:
         checked = CheckedCall(node, route, arguments, refs)
         self.calls.append(checked)
         return checked
+
+    def known(self, target: int | str) -> bool:
+        return target in self.order or target in self.earlier_steps or target in self.earlier_ids
 
     def reference(self, node: CallNode, ref: Ref, visible: frozenset[int | str]) -> None:
         target = ref.target
@@ -307,7 +316,8 @@ def check_plan(
     if checker.problems:
         raise PlanCheckError(checker.problems)
     assert isinstance(root, CheckedBlock)
-    return CheckedPlan(root, tuple(sorted(checker.calls, key=lambda c: c.step)), checker.ids)
+    calls = tuple(sorted(checker.calls, key=lambda c: c.step))
+    return CheckedPlan(root, calls, checker.ids, tuple(checker.warnings))
 
 
 def shorthand_table(servers: Sequence[tuple[str, tuple[Shorthand, ...]]]) -> dict[str, tuple[str, Shorthand]]:

@@ -166,7 +166,7 @@ class Orchestrator:
             runner.blocks,
             per_result=self._limits.result_view_bytes,
             per_turn=self._limits.turn_view_bytes,
-            warnings=turn.warnings,
+            warnings=(*turn.warnings, *checked.warnings),
             episode=episode.id,
             budget_expired=not finished,
             intermediate=_referenced_steps(checked),

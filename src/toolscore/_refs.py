@@ -30,6 +30,7 @@ __all__ = [
     "contains_ref",
     "find_refs",
     "parse_template",
+    "repair_mustache",
     "resolve",
 ]
 
@@ -138,6 +139,43 @@ def parse_template(text: str) -> tuple[str | Ref, ...]:
     if literal:
         parts.append("".join(literal))
     return tuple(parts)
+
+
+_MUSTACHE = re.compile(r"\{\{\s*([^{}]+?)\s*\}\}")
+
+
+def repair_mustache(value: Any, known: Callable[[int | str], bool]) -> tuple[Any, list[str]]:
+    """Rewrite `{{x.path}}` (a common slip for `${x.path}`) where `x` is a known step or id.
+
+    Only when the inner text is a valid reference to a target that exists, so template syntax
+    that happens to appear in code is left alone. Returns the value and what was rewritten.
+    """
+    repaired: list[str] = []
+
+    def fix(text: str) -> str:
+        def sub(match: re.Match[str]) -> str:
+            inner = _TARGET.match(match.group(1))
+            if inner is None:
+                return match.group(0)
+            n1, n2, n3, ident = inner.group(1), inner.group(2), inner.group(3), inner.group(4)
+            number = n1 or n2 or n3
+            if not known(int(number) if number else ident):
+                return match.group(0)
+            repaired.append(match.group(0))
+            return "${" + match.group(1) + "}"
+
+        return _MUSTACHE.sub(sub, text)
+
+    def walk(item: Any) -> Any:
+        if isinstance(item, str):
+            return fix(item)
+        if isinstance(item, list):
+            return [walk(i) for i in item]
+        if isinstance(item, dict):
+            return {k: walk(v) for k, v in item.items()}
+        return item
+
+    return walk(value), repaired
 
 
 def find_refs(value: Any) -> list[Ref]:
