@@ -19,10 +19,11 @@ engine is built; nothing is resolved per call.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -53,6 +54,7 @@ __all__ = [
     "PostExecutionHook",
     "PreExecutionHook",
     "ToolExecutionEngine",
+    "WrapHook",
     "error_result",
 ]
 
@@ -83,6 +85,13 @@ class ExecutionContext:
     tool: str
     arguments: Arguments
     request_id: str | None = None
+    session_id: str | None = None
+    """The front client connection this call came from (rate limits per session)."""
+    confirm: ConfirmFn | None = field(default=None, repr=False)
+    """Asks the user a yes/no question, when the front client can (elicitation)."""
+    timeout: float | None = None
+    """The deadline of the downstream call, in seconds (set when execution starts)."""
+    progress: ProgressFn | None = field(default=None, repr=False)
     plan_id: str | None = None
     """The plan this call is a step of (`orchestrate`), else None."""
     route: Route | None = None
@@ -167,6 +176,22 @@ class PreExecutionHook(Protocol):
     async def __call__(self, ctx: ExecutionContext) -> mcp_types.CallToolResult | None: ...
 
 
+CallNext = Callable[[ExecutionContext], Awaitable[mcp_types.CallToolResult]]
+ConfirmFn = Callable[[str], Awaitable[bool]]
+
+
+class WrapHook(Protocol):
+    """A hook around the execution phase (3): concurrency caps, timing, caching.
+
+    Call `call_next(ctx)` to proceed; raise `Rejected` to refuse. Wraps nest in config order, the
+    first outermost.
+    """
+
+    name: str
+
+    async def __call__(self, ctx: ExecutionContext, call_next: CallNext) -> mcp_types.CallToolResult: ...
+
+
 class PostExecutionHook(Protocol):
     """A post-execution hook (phase 4): sees, and may replace, the downstream result."""
 
@@ -196,6 +221,7 @@ class ToolExecutionEngine:
         config: Config,
         audit: AuditSink,
         pre_hooks: Sequence[PreExecutionHook] = (),
+        wrap_hooks: Sequence[WrapHook] = (),
         post_hooks: Sequence[PostExecutionHook] = (),
     ) -> None:
         self._tools = tools
@@ -205,6 +231,9 @@ class ToolExecutionEngine:
         # Constraint hooks are behind the feature flag; the chain is fixed here, once.
         self._pre: tuple[PreExecutionHook, ...] = tuple(pre_hooks) if config.constraints.enabled else ()
         self._post: tuple[PostExecutionHook, ...] = tuple(post_hooks)
+        self._execute_chain: CallNext = self._downstream
+        for wrap in reversed(tuple(wrap_hooks)):  # built once: the first wrap is the outermost
+            self._execute_chain = functools.partial(wrap, call_next=self._execute_chain)
         self._predicted_output: dict[str, float] = {}
 
     async def execute(
@@ -216,6 +245,8 @@ class ToolExecutionEngine:
         plan_id: str | None = None,
         timeout: float | None = None,
         progress: ProgressFn | None = None,
+        session_id: str | None = None,
+        confirm: ConfirmFn | None = None,
     ) -> ExecutionContext:
         """Run one call; never raises for anything a model could cause.
 
@@ -226,6 +257,8 @@ class ToolExecutionEngine:
             plan_id: The plan this call is a step of.
             timeout: Seconds for this call, overriding the server's timeout.
             progress: Receives the downstream's progress notifications.
+            session_id: The front client connection, for per-session rules.
+            confirm: Asks the user a yes/no question, if the front client can.
 
         Returns:
             The finished context; `ctx.result` is always set (an error result on failure).
@@ -236,10 +269,15 @@ class ToolExecutionEngine:
             arguments=dict(arguments or {}),
             request_id=None if request_id is None else str(request_id),
             plan_id=plan_id,
+            session_id=session_id,
+            confirm=confirm,
+            progress=progress,
         )
         try:
-            ctx.result = await self._run(ctx, timeout, progress)
+            ctx.result = await self._run(ctx, timeout)
         except ToolscoreError as exc:
+            if isinstance(exc, Rejected):
+                ctx.violations.append(f"{exc.hook}: {exc.reason}")
             ctx.error = exc
             ctx.phase = ExecutionPhase.ERROR_HANDLING
             ctx.result = error_result(str(exc))
@@ -255,9 +293,7 @@ class ToolExecutionEngine:
         self._finish(ctx)
         return ctx
 
-    async def _run(
-        self, ctx: ExecutionContext, timeout: float | None, progress: ProgressFn | None
-    ) -> mcp_types.CallToolResult:
+    async def _run(self, ctx: ExecutionContext, timeout: float | None) -> mcp_types.CallToolResult:
         # 1. pre-validation
         route = self._validate(ctx)
         ctx.route = route
@@ -268,27 +304,16 @@ class ToolExecutionEngine:
         ctx.phase = ExecutionPhase.PRE_EXECUTION
         result: mcp_types.CallToolResult | None = None
         for hook in self._pre:
-            try:
-                result = await hook(ctx)
-            except Rejected as exc:
-                ctx.violations.append(f"{exc.hook}: {exc.reason}")
-                raise
+            result = await hook(ctx)
             if result is not None:
                 ctx.answered_by = hook.name
                 break
 
-        # 3. execution
+        # 3. execution, inside the wrap hooks
         if result is None:
             ctx.phase = ExecutionPhase.EXECUTION
-            deadline = timeout if timeout is not None else self._config.server_timeout(route.server)
-            try:
-                with anyio.fail_after(deadline):
-                    result = await self._call(route.server, route.remote_name, ctx.arguments, progress=progress)
-            except TimeoutError:
-                raise CallTimeout(
-                    f"Tool '{ctx.tool}' did not answer within {deadline:g} s; the call was cancelled on "
-                    f"server '{route.server}'."
-                ) from None
+            ctx.timeout = timeout if timeout is not None else self._config.server_timeout(route.server)
+            result = await self._execute_chain(ctx)
 
         # 4. post-execution
         ctx.phase = ExecutionPhase.POST_EXECUTION
@@ -301,6 +326,19 @@ class ToolExecutionEngine:
             output_tokens if previous is None else previous + _EMA_WEIGHT * (output_tokens - previous)
         )
         return result
+
+    async def _downstream(self, ctx: ExecutionContext) -> mcp_types.CallToolResult:
+        """The innermost step of phase 3: the downstream call under its deadline."""
+        assert ctx.route is not None and ctx.timeout is not None
+        deadline = ctx.timeout
+        try:
+            with anyio.fail_after(deadline):
+                return await self._call(ctx.route.server, ctx.route.remote_name, ctx.arguments, progress=ctx.progress)
+        except TimeoutError:
+            raise CallTimeout(
+                f"Tool '{ctx.tool}' did not answer within {deadline:g} s; the call was cancelled on "
+                f"server '{ctx.route.server}'."
+            ) from None
 
     def _validate(self, ctx: ExecutionContext) -> Route:
         registry = self._tools.registry

@@ -19,6 +19,7 @@ from toolscore._audit import AuditSink, JsonlAuditSink, NullAuditSink
 from toolscore._engine import PostExecutionHook, PreExecutionHook, ToolExecutionEngine
 from toolscore._hub import DownstreamHub, open_hub
 from toolscore._plan_tool import Orchestrator
+from toolscore._policy import RedactingAuditSink, build_policy
 from toolscore._server import FrontServer, build_server
 from toolscore._stdio import pollable, stdio_transport
 from toolscore.config import Config, state_dir
@@ -61,17 +62,28 @@ async def open_gateway(
         config: The validated servers.json.
         audit: Where audit records go (default: from the config).
         log_dir: Where each stdio server's stderr goes (default: from the config).
-        pre_hooks: Constraint hooks, used when `constraints.enabled` is true.
+        pre_hooks: Constraint hooks of your own, run after the built-in rules when `constraints.enabled`.
         post_hooks: Post-execution hooks.
     """
+    policy = build_policy(config)
     sink = audit if audit is not None else _audit_sink(config)
+    if policy.redactor is not None:
+        sink = RedactingAuditSink(sink, policy.redactor)
     logs = log_dir or Path(config.settings.log_dir or state_dir() / "logs")
     try:
         async with open_hub(config, log_dir=logs) as hub:
             engine = ToolExecutionEngine(
-                tools=hub, call=hub.call, config=config, audit=sink, pre_hooks=pre_hooks, post_hooks=post_hooks
+                tools=hub,
+                call=hub.call,
+                config=config,
+                audit=sink,
+                pre_hooks=(*policy.pre, *pre_hooks),
+                wrap_hooks=policy.wrap,
+                post_hooks=(*post_hooks, *policy.post),
             )
-            orchestrator = Orchestrator(tools=hub, engine=engine, config=config, audit=sink)
+            orchestrator = Orchestrator(
+                tools=hub, engine=engine, config=config, audit=sink, policy=policy.plan_problems
+            )
             yield Gateway(config, hub, engine, build_server(hub, engine, orchestrator), orchestrator)
     finally:
         sink.close()

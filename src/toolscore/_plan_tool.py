@@ -6,6 +6,7 @@ import hashlib
 import time
 import uuid
 from collections import Counter, OrderedDict
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -73,8 +74,17 @@ def _referenced_steps(plan: CheckedPlan) -> frozenset[int]:
 class Orchestrator:
     """Owns the episodes and per-server plan concurrency; one per gateway."""
 
-    def __init__(self, *, tools: ToolSource, engine: ToolExecutionEngine, config: Config, audit: AuditSink) -> None:
+    def __init__(
+        self,
+        *,
+        tools: ToolSource,
+        engine: ToolExecutionEngine,
+        config: Config,
+        audit: AuditSink,
+        policy: Callable[[CheckedPlan], list[PlanProblem]] | None = None,
+    ) -> None:
         self._tools = tools
+        self._policy = policy
         self._engine = engine
         self._config = config
         self._limits = config.settings.plan
@@ -143,6 +153,8 @@ class Orchestrator:
                 earlier_steps={n: r.id for n, r in episode.steps.items()},
                 earlier_ids=episode.ids,
             )
+            if self._policy is not None and (problems := self._policy(checked)):
+                raise PlanCheckError(problems)
         except (PlanSyntaxError, PlanCheckError) as exc:
             self._audit_plan(plan, request_id, None, began, {"plan_error": len(exc.problems)}, success=False)
             return _text(render_plan_errors(exc.problems), is_error=True)

@@ -11,12 +11,14 @@ from typing import Any
 
 import mcp_types
 import structlog
+from mcp import MCPError
 from mcp.server import NotificationOptions, Server, ServerRequestContext
 from mcp.server.models import InitializationOptions
 from mcp.server.session import ServerSession
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
+from mcp.shared.message import ServerMessageMetadata
 
-from toolscore._engine import ToolExecutionEngine, error_result
+from toolscore._engine import ConfirmFn, ToolExecutionEngine, error_result
 from toolscore._hub import DownstreamHub
 from toolscore._plan_tool import ORCHESTRATE, Orchestrator
 from toolscore._version import __version__
@@ -52,6 +54,35 @@ class FrontServer(Server[Any]):
         )
 
 
+_CONFIRM_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"confirm": {"type": "boolean", "title": "Allow this call"}},
+    "required": ["confirm"],
+}
+
+
+def _confirmer(ctx: ServerRequestContext[Any]) -> ConfirmFn | None:
+    """A yes/no question to the user through elicitation, if this client supports it."""
+    session = ctx.session
+    if not session.check_client_capability(mcp_types.ClientCapabilities(elicitation=mcp_types.ElicitationCapability())):
+        return None
+
+    async def confirm(question: str) -> bool:
+        request = mcp_types.ElicitRequest(
+            params=mcp_types.ElicitRequestFormParams(message=question, requested_schema=_CONFIRM_SCHEMA)
+        )
+        try:
+            answer = await session.send_request(
+                request, mcp_types.ElicitResult, metadata=ServerMessageMetadata(related_request_id=ctx.request_id)
+            )
+        except MCPError as exc:  # no back-channel on this connection, or the client failed
+            log.info("confirmation not available", error=exc.message)
+            return False
+        return answer.action == "accept" and bool((answer.content or {}).get("confirm"))
+
+    return confirm
+
+
 def build_server(hub: DownstreamHub, engine: ToolExecutionEngine, orchestrator: Orchestrator) -> FrontServer:
     """The front server over `hub`'s tools, calling through `engine`, plus `orchestrate`."""
     sessions: dict[int, ServerSession] = {}
@@ -76,10 +107,18 @@ def build_server(hub: DownstreamHub, engine: ToolExecutionEngine, orchestrator: 
                 await session.report_progress(value, total, message)
 
             progress = forward_progress
+        session_id = f"{id(ctx.session._connection):x}"  # one per client connection
         try:
             if params.name == ORCHESTRATE:
                 return await orchestrator(params.arguments, progress=progress, request_id=ctx.request_id)
-            run = await engine.execute(params.name, params.arguments, request_id=ctx.request_id, progress=progress)
+            run = await engine.execute(
+                params.name,
+                params.arguments,
+                request_id=ctx.request_id,
+                progress=progress,
+                session_id=session_id,
+                confirm=_confirmer(ctx),
+            )
         except Exception:
             log.exception("internal error", tool=params.name)
             return error_result(f"Error executing tool {params.name}: internal gateway error (see the gateway log).")

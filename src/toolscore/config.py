@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from toolscore.errors import ConfigError
 
@@ -35,14 +35,21 @@ __all__ = [
     "DEFAULT_SEPARATOR",
     "DEFAULT_SLOW_CALL_SECONDS",
     "DEFAULT_TIMEOUT",
+    "ArgumentRules",
     "AuditConfig",
+    "ConcurrencyRules",
     "Config",
     "ConstraintsConfig",
     "GatewaySettings",
+    "PathRules",
     "PlanSettings",
+    "RateLimit",
+    "ResultRules",
     "ServerConfig",
+    "ServerConstraints",
     "Shorthand",
     "ToolFilter",
+    "ToolRules",
     "default_config_path",
     "load_config",
     "parse_config",
@@ -63,6 +70,15 @@ _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 CONFIG_DIR_VAR = "TOOLSCORE_CONFIG_DIR"
 
 
+def _regexes(patterns: tuple[str, ...]) -> tuple[str, ...]:
+    for pattern in patterns:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise ValueError(f"{pattern!r} is not a valid regular expression: {exc}") from None
+    return patterns
+
+
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -76,6 +92,75 @@ class ToolFilter(_Frozen):
     """Glob patterns over the downstream tool names that are never exposed (wins over allow)."""
     rename: dict[str, str] = Field(default_factory=dict)
     """Downstream tool name -> exposed tool name (before the server prefix is added)."""
+
+
+class ToolRules(_Frozen):
+    """Which tools may be called at all (globs; global rules match exposed names, per-server ones downstream names)."""
+
+    allow: tuple[str, ...] | None = None
+    deny: tuple[str, ...] = ()
+
+
+class PathRules(_Frozen):
+    """Arguments that name files must resolve (symlinks and `..` followed) under one of `roots`."""
+
+    arguments: tuple[str, ...]
+    """Names of the arguments holding paths, at any depth of the arguments object."""
+    roots: tuple[str, ...]
+
+
+class ArgumentRules(_Frozen):
+    """Limits on what a call's arguments may hold."""
+
+    max_bytes: int | None = Field(default=None, gt=0)
+    """Size of the arguments as compact JSON."""
+    deny_patterns: tuple[str, ...] = ()
+    """Regular expressions no string argument may match (e.g. `rm\\s+-rf\\s+/`)."""
+    paths: PathRules | None = None
+
+    _check_patterns = field_validator("deny_patterns")(lambda v: _regexes(v))
+
+
+class ResultRules(_Frozen):
+    """Limits on what comes back."""
+
+    max_bytes: int | None = Field(default=None, gt=0)
+    """Text of the result's content blocks."""
+    on_exceed: Literal["truncate", "reject"] = "truncate"
+    redact: bool = False
+    """Replace secrets (API keys, tokens, private keys, passwords in URLs) in results and audit records."""
+    redact_patterns: tuple[str, ...] = ()
+    """Extra regular expressions to redact."""
+
+    _check_patterns = field_validator("redact_patterns")(lambda v: _regexes(v))
+
+
+class ConcurrencyRules(_Frozen):
+    """How many calls may run at once on one server; more wait in a bounded queue, then are rejected."""
+
+    per_server: int | None = Field(default=None, ge=1)
+    queue: int = Field(default=0, ge=0)
+
+
+class RateLimit(_Frozen):
+    """A token bucket: `rate` calls per second on average, bursts up to `burst`."""
+
+    scope: Literal["tool", "server", "session"] = "tool"
+    """One bucket per tool, per server, or per front client session."""
+    match: str = "*"
+    """Glob over exposed tool names this limit applies to."""
+    rate: float = Field(gt=0)
+    burst: int = Field(default=1, ge=1)
+
+
+class ServerConstraints(_Frozen):
+    """Per-server overrides of the constraint rules (each section replaces the global one)."""
+
+    tools: ToolRules | None = None
+    destructive: Literal["allow", "deny", "confirm"] | None = None
+    arguments: ArgumentRules | None = None
+    results: ResultRules | None = None
+    concurrency: ConcurrencyRules | None = None
 
 
 class Shorthand(_Frozen):
@@ -113,6 +198,8 @@ class ServerConfig(BaseModel):
     """Namespace for this server's tools (default: the server name); "" exposes them unprefixed."""
     shorthand: Shorthand | tuple[Shorthand, ...] | None = None
     """Plan tags bound to this server's tools (see docs/plan-language.md)."""
+    constraints: ServerConstraints = Field(default_factory=ServerConstraints)
+    """Overrides of the top-level `constraints` rules for this server."""
 
     @property
     def shorthands(self) -> tuple[Shorthand, ...]:
@@ -163,6 +250,13 @@ class ConstraintsConfig(_Frozen):
     """The constraint-hook phase of the engine; off unless enabled."""
 
     enabled: bool = False
+    tools: ToolRules = Field(default_factory=ToolRules)
+    destructive: Literal["allow", "deny", "confirm"] = "allow"
+    """What to do with tools annotated `destructiveHint`: call, refuse, or ask the user first."""
+    arguments: ArgumentRules = Field(default_factory=ArgumentRules)
+    results: ResultRules = Field(default_factory=ResultRules)
+    concurrency: ConcurrencyRules = Field(default_factory=ConcurrencyRules)
+    rate_limits: tuple[RateLimit, ...] = ()
 
 
 class PlanSettings(_Frozen):

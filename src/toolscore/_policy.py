@@ -1,0 +1,364 @@
+"""The built-in constraint rules of servers.json, as engine hooks, plus the whole-plan check.
+
+Rules (each optional, global in `constraints`, most overridable per server):
+
+| rule | phase | refuses |
+|---|---|---|
+| `tools` allow/deny | pre | tools not allowed (globs: exposed names globally, downstream names per server) |
+| `destructive` | pre | tools annotated `destructiveHint`: `deny`, or `confirm` by asking the user (elicitation) |
+| `arguments` | pre | arguments over `max_bytes`, strings matching `deny_patterns`, paths outside `roots` |
+| `rate_limits` | pre | calls beyond a token bucket per tool, server or client session |
+| `concurrency` | wrap | calls beyond `per_server` running plus `queue` waiting |
+| `results` | post | results over `max_bytes` (truncated with a marker, or refused); secrets are redacted |
+
+Every refusal is a `Rejected` naming the rule: the model gets the reason, the audit log a
+violation. The static rules (tools, destructive, arguments) also run over a whole plan before any
+of its steps does (`plan_problems`), so a plan can never do what a direct call may not.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import os
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import mcp_types
+
+from toolscore._audit import AuditRecord, AuditSink
+from toolscore._engine import CallNext, ExecutionContext, PostExecutionHook, PreExecutionHook, WrapHook
+from toolscore._plan import PlanProblem
+from toolscore._plan_check import CheckedPlan
+from toolscore._redact import Redactor
+from toolscore._refs import contains_ref
+from toolscore._registry import Route
+from toolscore.config import ArgumentRules, Config, ConstraintsConfig, ResultRules, ToolRules
+from toolscore.errors import Rejected
+
+__all__ = ["Policy", "RedactingAuditSink", "build_policy"]
+
+TRUNCATION_MARKER = "\n…[truncated by toolscore: {n} more bytes]"
+
+
+@dataclass(frozen=True, slots=True)
+class _Rules:
+    """The rules in force for one server, global sections replaced by its overrides."""
+
+    tools_global: ToolRules
+    tools_server: ToolRules | None
+    destructive: str
+    arguments: ArgumentRules
+    results: ResultRules
+    deny_patterns: tuple[re.Pattern[str], ...]
+    roots: tuple[str, ...]
+
+
+def _rules(constraints: ConstraintsConfig, override: Any) -> _Rules:
+    arguments = override.arguments or constraints.arguments
+    paths = arguments.paths
+    return _Rules(
+        tools_global=constraints.tools,
+        tools_server=override.tools,
+        destructive=override.destructive or constraints.destructive,
+        arguments=arguments,
+        results=override.results or constraints.results,
+        deny_patterns=tuple(re.compile(p) for p in arguments.deny_patterns),
+        roots=tuple(os.path.realpath(r) for r in paths.roots) if paths else (),
+    )
+
+
+def _allowed(name: str, rules: ToolRules) -> bool:
+    if any(fnmatch.fnmatchcase(name, p) for p in rules.deny):
+        return False
+    return rules.allow is None or any(fnmatch.fnmatchcase(name, p) for p in rules.allow)
+
+
+def _strings(value: Any) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, list):
+        for item in value:
+            yield from _strings(item)
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _strings(item)
+
+
+def _named(value: Any, names: tuple[str, ...]) -> Iterator[tuple[str, Any]]:
+    """(name, value) of every argument called one of `names`, at any depth."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if key in names:
+                yield key, item
+            yield from _named(item, names)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _named(item, names)
+
+
+def _within(path: str, roots: tuple[str, ...]) -> bool:
+    real = os.path.realpath(path)  # follows symlinks and '..' as far as the path exists
+    return any(real == root or real.startswith(root.rstrip(os.sep) + os.sep) for root in roots)
+
+
+def _static_violations(route: Route, arguments: dict[str, Any], rules: _Rules, *, plan: bool) -> list[tuple[str, str]]:
+    """(rule, reason) for every static rule a call breaks.
+
+    With `plan=True` (checking a plan before it runs) strings holding references are skipped and
+    so is the size limit: those are checked on each step when it runs, with values resolved.
+    """
+    found: list[tuple[str, str]] = []
+    if not _allowed(route.public_name, rules.tools_global) or (
+        rules.tools_server is not None and not _allowed(route.remote_name, rules.tools_server)
+    ):
+        found.append(("tools", f"tool '{route.public_name}' is not allowed by the gateway's policy"))
+    hints = route.tool.annotations
+    if hints is not None and hints.destructive_hint and rules.destructive != "allow":
+        if rules.destructive == "deny":
+            found.append(("destructive", f"'{route.public_name}' is marked destructive and such tools are denied"))
+        elif plan:
+            found.append(("destructive", f"'{route.public_name}' needs the user's confirmation: call it directly"))
+    limits = rules.arguments
+    if limits.max_bytes is not None and not plan:
+        size = len(json.dumps(arguments, separators=(",", ":"), ensure_ascii=False).encode())
+        if size > limits.max_bytes:
+            found.append(("arguments", f"the arguments are {size} bytes; the limit is {limits.max_bytes}"))
+    for text in _strings(arguments):
+        if plan and contains_ref(text):
+            continue
+        for pattern in rules.deny_patterns:
+            if pattern.search(text):
+                found.append(("arguments", f"an argument matches the denied pattern {pattern.pattern!r}"))
+                break
+    if limits.paths is not None:
+        for name, value in _named(arguments, limits.paths.arguments):
+            if not isinstance(value, str) or (plan and contains_ref(value)):
+                continue
+            if not os.path.isabs(value):
+                found.append(("paths", f"argument '{name}' must be an absolute path under {', '.join(rules.roots)}"))
+            elif not _within(value, rules.roots):
+                found.append(
+                    ("paths", f"argument '{name}' ({value}) is outside the allowed roots: {', '.join(rules.roots)}")
+                )
+    return found
+
+
+class _StaticRules:
+    """Pre-execution: tools, destructive, arguments."""
+
+    name = "policy"
+
+    def __init__(self, rules: dict[str | None, _Rules]) -> None:
+        self._rules = rules
+
+    async def __call__(self, ctx: ExecutionContext) -> mcp_types.CallToolResult | None:
+        route = ctx.route
+        assert route is not None
+        rules = self._rules.get(route.server, self._rules[None])
+        for rule, reason in _static_violations(route, ctx.arguments, rules, plan=False):
+            raise Rejected(reason, hook=rule)
+        hints = route.tool.annotations
+        if hints is not None and hints.destructive_hint and rules.destructive == "confirm":
+            question = (
+                f"Allow the destructive tool '{route.public_name}' with arguments {json.dumps(ctx.arguments)[:500]}?"
+            )
+            if ctx.confirm is None:
+                raise Rejected(
+                    f"'{route.public_name}' is destructive and needs the user's confirmation, which this client "
+                    "cannot give (no elicitation support)",
+                    hook="destructive",
+                )
+            if not await ctx.confirm(question):
+                raise Rejected(f"the user did not confirm '{route.public_name}'", hook="destructive")
+        return None
+
+
+class _RateLimits:
+    """Pre-execution: token buckets; a call finding its bucket empty is refused with the wait time."""
+
+    name = "rate_limits"
+
+    def __init__(self, constraints: ConstraintsConfig) -> None:
+        self._limits = constraints.rate_limits
+        self._buckets: dict[tuple[int, str], tuple[float, float]] = {}  # (limit, key) -> (tokens, at)
+
+    async def __call__(self, ctx: ExecutionContext) -> mcp_types.CallToolResult | None:
+        now = anyio.current_time()
+        for n, limit in enumerate(self._limits):
+            if not fnmatch.fnmatchcase(ctx.tool, limit.match):
+                continue
+            key = {"tool": ctx.tool, "server": ctx.server or "", "session": ctx.session_id or ""}[limit.scope]
+            tokens, at = self._buckets.get((n, key), (float(limit.burst), now))
+            tokens = min(float(limit.burst), tokens + (now - at) * limit.rate)
+            if tokens < 1:
+                wait = (1 - tokens) / limit.rate
+                self._buckets[(n, key)] = (tokens, now)
+                raise Rejected(
+                    f"rate limit of {limit.rate:g} calls/s per {limit.scope} reached for '{ctx.tool}'; retry in "
+                    f"{wait:.1f} s",
+                    hook="rate_limits",
+                )
+            self._buckets[(n, key)] = (tokens - 1, now)
+        return None
+
+
+class _ConcurrencyCap:
+    """Wrap: at most `per_server` calls running per server, `queue` more waiting, the rest refused."""
+
+    name = "concurrency"
+
+    def __init__(self, caps: dict[str, tuple[int, int]]) -> None:
+        self._caps = caps
+        self._limiters = {server: anyio.CapacityLimiter(cap) for server, (cap, _) in caps.items()}
+        self._waiting = dict.fromkeys(caps, 0)
+
+    async def __call__(self, ctx: ExecutionContext, call_next: CallNext) -> mcp_types.CallToolResult:
+        server = ctx.server
+        if server not in self._limiters:
+            return await call_next(ctx)
+        limiter, (cap, queue) = self._limiters[server], self._caps[server]
+        if limiter.available_tokens == 0 and self._waiting[server] >= queue:
+            raise Rejected(
+                f"server '{server}' is at its concurrency limit ({cap} running, {queue} waiting); try again shortly",
+                hook="concurrency",
+            )
+        self._waiting[server] += 1
+        try:
+            await limiter.acquire()
+        finally:
+            self._waiting[server] -= 1
+        try:
+            return await call_next(ctx)
+        finally:
+            limiter.release()
+
+
+class _ResultRules:
+    """Post-execution: result size, and secret redaction."""
+
+    name = "results"
+
+    def __init__(self, rules: dict[str | None, _Rules]) -> None:
+        self._rules = rules
+        self._redactors = {
+            server: Redactor(r.results.redact_patterns) for server, r in rules.items() if r.results.redact
+        }
+
+    async def __call__(self, ctx: ExecutionContext, result: mcp_types.CallToolResult) -> mcp_types.CallToolResult:
+        server = ctx.server
+        rules = self._rules.get(server, self._rules[None]).results
+        redactor = self._redactors.get(server if server in self._rules else None)
+        if redactor is not None:
+            result = result.model_copy(
+                update={
+                    "content": [
+                        b.model_copy(update={"text": redactor.text(b.text)})
+                        if isinstance(b, mcp_types.TextContent)
+                        else b
+                        for b in result.content
+                    ],
+                    "structured_content": redactor.json(result.structured_content),
+                }
+            )
+        if rules.max_bytes is not None:
+            size = sum(len(b.text.encode()) for b in result.content if isinstance(b, mcp_types.TextContent))
+            if size > rules.max_bytes:
+                if rules.on_exceed == "reject":
+                    raise Rejected(f"the result is {size} bytes; the limit is {rules.max_bytes}", hook="results")
+                result = _truncate(result, rules.max_bytes)
+        return result
+
+
+def _truncate(result: mcp_types.CallToolResult, limit: int) -> mcp_types.CallToolResult:
+    blocks: list[mcp_types.ContentBlock] = []
+    room = limit
+    for block in result.content:
+        if isinstance(block, mcp_types.TextContent):
+            data = block.text.encode()
+            if len(data) > room:
+                kept = data[:room].decode(errors="ignore")
+                block = block.model_copy(update={"text": kept + TRUNCATION_MARKER.format(n=len(data) - room)})
+                room = 0
+            else:
+                room -= len(data)
+        blocks.append(block)
+    # structuredContent would carry the untruncated data past the limit.
+    return result.model_copy(update={"content": blocks, "structured_content": None})
+
+
+class RedactingAuditSink:
+    """Redacts argument values and error texts before they reach the audit file."""
+
+    def __init__(self, inner: AuditSink, redactor: Redactor) -> None:
+        self._inner = inner
+        self._redactor = redactor
+
+    def write(self, record: AuditRecord) -> None:
+        """Redact, then pass on."""
+        update: dict[str, Any] = {}
+        if record.arguments is not None:
+            update["arguments"] = self._redactor.json(record.arguments)
+        if record.error is not None:
+            update["error"] = self._redactor.text(record.error)
+        self._inner.write(record.model_copy(update=update) if update else record)
+
+    def close(self) -> None:
+        """Close the wrapped sink."""
+        self._inner.close()
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """The hooks built from servers.json's constraints, and the plan check."""
+
+    pre: tuple[PreExecutionHook, ...]
+    wrap: tuple[WrapHook, ...]
+    post: tuple[PostExecutionHook, ...]
+    rules: dict[str | None, _Rules]
+    redactor: Redactor | None
+
+    def plan_problems(self, plan: CheckedPlan) -> list[PlanProblem]:
+        """Every static rule a plan's steps break, before any of them runs."""
+        problems: list[PlanProblem] = []
+        if not self.rules:  # constraints are off
+            return problems
+        for call in plan.calls:
+            rules = self.rules.get(call.route.server, self.rules[None])
+            for rule, reason in _static_violations(call.route, call.arguments, rules, plan=True):
+                node = call.node
+                problems.append(PlanProblem("policy", f"{rule}: {reason}", step=node.step, tag=node.tag, id=node.id))
+        return problems
+
+
+def build_policy(config: Config) -> Policy:
+    """Compose the constraint hooks once, from the config (empty when constraints are off)."""
+    constraints = config.constraints
+    if not constraints.enabled:
+        return Policy((), (), (), {}, None)
+    rules: dict[str | None, _Rules] = {None: _rules(constraints, _NoOverride)}
+    for server in config.enabled_servers:
+        rules[server.name] = _rules(constraints, server.constraints)
+    pre: list[PreExecutionHook] = [_StaticRules(rules)]
+    if constraints.rate_limits:
+        pre.append(_RateLimits(constraints))
+    caps = {
+        s.name: (c.per_server, c.queue)
+        for s in config.enabled_servers
+        if (c := s.constraints.concurrency or constraints.concurrency).per_server is not None
+    }
+    wrap: list[WrapHook] = [_ConcurrencyCap(caps)] if caps else []
+    post: list[PostExecutionHook] = [_ResultRules(rules)]
+    redactor = Redactor(constraints.results.redact_patterns) if constraints.results.redact else None
+    return Policy(tuple(pre), tuple(wrap), tuple(post), rules, redactor)
+
+
+class _NoOverride:
+    tools = None
+    destructive = None
+    arguments = None
+    results = None
+    concurrency = None
