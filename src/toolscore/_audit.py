@@ -3,20 +3,30 @@
 The JSONL sink writes each record with a single `os.write` on an `O_APPEND` descriptor before the
 call is answered: the kernel has the line once the client sees the answer, so a crash of the
 gateway loses nothing already answered, and concurrent writers never interleave within a line.
-That costs a few microseconds per call; `fsync` (surviving a power cut) is left to the OS.
+That costs a few microseconds per call; `fsync` (surviving a power cut too) is an option, as is
+rotation by size.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
-__all__ = ["AuditRecord", "AuditSink", "JsonlAuditSink", "MemoryAuditSink", "NullAuditSink", "read_audit"]
+__all__ = [
+    "AuditRecord",
+    "AuditSink",
+    "JsonlAuditSink",
+    "MemoryAuditSink",
+    "NullAuditSink",
+    "audit_files",
+    "read_audit",
+]
 
 
 class AuditRecord(BaseModel):
@@ -87,18 +97,54 @@ class MemoryAuditSink:
 
 
 class JsonlAuditSink:
-    """Appends one JSON line per record to a file, created private (0600) if missing."""
+    """Appends one JSON line per record to a file, created private (0600) if missing.
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    Args:
+        path: The file.
+        fsync: Also force each record to disk (survives a power cut; costs a disk flush per call).
+        max_bytes: Rotate when the file would grow past this: `audit.jsonl` -> `audit.jsonl.1` -> ...
+        backups: Rotated files kept.
+    """
+
+    def __init__(
+        self, path: str | os.PathLike[str], *, fsync: bool = False, max_bytes: int | None = None, backups: int = 3
+    ) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        self._fsync = fsync
+        self._max_bytes = max_bytes
+        self._backups = backups
+        self._fd: int | None = self._open()
+        self._size = os.fstat(self._fd).st_size
+
+    def _open(self) -> int:
+        return os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
 
     def write(self, record: AuditRecord) -> None:
         """Hand the record's line to the kernel in one write."""
         if self._fd is None:
             return
-        os.write(self._fd, (record.model_dump_json(exclude_none=True) + "\n").encode())
+        line = (record.model_dump_json(exclude_none=True) + "\n").encode()
+        if self._max_bytes is not None and self._size and self._size + len(line) > self._max_bytes:
+            self._rotate()
+        os.write(self._fd, line)
+        self._size += len(line)
+        if self._fsync:
+            os.fsync(self._fd)
+
+    def _rotate(self) -> None:
+        assert self._fd is not None
+        os.close(self._fd)
+        for n in range(self._backups - 1, 0, -1):
+            older = self.path.with_name(f"{self.path.name}.{n}")
+            if older.exists():
+                older.replace(self.path.with_name(f"{self.path.name}.{n + 1}"))
+        if self._backups > 0:
+            self.path.replace(self.path.with_name(f"{self.path.name}.1"))
+        else:
+            self.path.unlink()
+        self._fd = self._open()
+        self._size = 0
 
     def close(self) -> None:
         """Close the file; later writes are dropped."""
@@ -107,15 +153,32 @@ class JsonlAuditSink:
             self._fd = None
 
 
-def read_audit(path: str | os.PathLike[str]) -> list[AuditRecord]:
-    """Read a JSONL audit file; a torn last line (a crash mid-write) is skipped."""
+def audit_files(path: str | os.PathLike[str]) -> list[Path]:
+    """The audit file and its rotated predecessors, oldest first."""
+    base = Path(path)
+    rotated = sorted(
+        (p for p in base.parent.glob(f"{base.name}.*") if p.suffix[1:].isdigit()),
+        key=lambda p: int(p.suffix[1:]),
+        reverse=True,
+    )
+    return [*rotated, base] if base.exists() else rotated
+
+
+def read_audit(path: str | os.PathLike[str], *, warn: Callable[[str], None] | None = None) -> list[AuditRecord]:
+    """Read an audit file with its rotated predecessors, oldest first.
+
+    A line that does not parse (a crash mid-write leaves a torn last line) is skipped, and
+    reported through `warn`.
+    """
     records: list[AuditRecord] = []
-    with open(path, encoding="utf-8") as fh:
-        for line in fh:
-            if not line.strip():
-                continue
-            try:
-                records.append(AuditRecord.model_validate(json.loads(line)))
-            except ValueError:
-                continue
+    for file in audit_files(path):
+        with open(file, encoding="utf-8", errors="replace") as fh:
+            for number, line in enumerate(fh, 1):
+                if not line.strip():
+                    continue
+                try:
+                    records.append(AuditRecord.model_validate(json.loads(line)))
+                except ValueError:
+                    if warn is not None:
+                        warn(f"{file}:{number}: skipped a line that is not a complete audit record")
     return records

@@ -24,7 +24,7 @@ from toolscore._server import FrontServer, build_server
 from toolscore._stdio import pollable, stdio_transport
 from toolscore.config import Config, state_dir
 
-__all__ = ["Gateway", "open_gateway", "serve_http", "serve_stdio"]
+__all__ = ["Gateway", "audit_path", "open_gateway", "serve_http", "serve_stdio"]
 
 log = structlog.get_logger("toolscore")
 
@@ -41,10 +41,16 @@ class Gateway:
 
 
 def _audit_sink(config: Config) -> AuditSink:
-    path = config.settings.audit.path
-    if path == "":
+    audit = config.settings.audit
+    if audit.path == "":
         return NullAuditSink()
-    return JsonlAuditSink(Path(path) if path else state_dir() / "audit.jsonl")
+    return JsonlAuditSink(audit_path(config), fsync=audit.fsync, max_bytes=audit.max_bytes, backups=audit.backups)
+
+
+def audit_path(config: Config) -> Path:
+    """Where the config puts the audit file."""
+    path = config.settings.audit.path
+    return Path(path).expanduser() if path else state_dir() / "audit.jsonl"
 
 
 @asynccontextmanager

@@ -1,10 +1,11 @@
-"""The `toolscore` command: serve, check, tools, call."""
+"""The `toolscore` command: serve, check, tools, call, audit."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,9 @@ from typing import Any
 import anyio
 import mcp_types
 
-from toolscore._gateway import Gateway, open_gateway, serve_http, serve_stdio
+from toolscore._audit import AuditRecord, audit_files, read_audit
+from toolscore._audit_stats import compute_stats, parse_since
+from toolscore._gateway import Gateway, audit_path, open_gateway, serve_http, serve_stdio
 from toolscore._logging import configure_logging
 from toolscore._plan_tool import ORCHESTRATE
 from toolscore._version import __version__
@@ -46,6 +49,19 @@ def _parser() -> argparse.ArgumentParser:
     call = sub.add_parser("call", parents=[common], help="call one tool through the engine")
     call.add_argument("tool", help="the exposed tool name, e.g. files__read_file, or orchestrate")
     call.add_argument("--args", default="{}", help="the arguments as a JSON object")
+
+    audit = sub.add_parser("audit", help="read the audit log")
+    audit_sub = audit.add_subparsers(dest="audit_command", required=True)
+    stats = audit_sub.add_parser("stats", parents=[common], help="calls, TPST, slow tools, token waste")
+    stats.add_argument("--since", help="1h, 30m, 2d or an ISO time")
+    stats.add_argument("--server", help="only this server's calls")
+    stats.add_argument("--slow-ms", type=float, help="slow-tool threshold (default: the config's slow_call_seconds)")
+    stats.add_argument("--json", action="store_true")
+    stats.add_argument("--file", type=Path, help="the audit file (default: from the config)")
+    tail = audit_sub.add_parser("tail", parents=[common], help="the latest records")
+    tail.add_argument("-n", type=int, default=20, help="how many (default 20)")
+    tail.add_argument("-f", "--follow", action="store_true", help="keep printing new records")
+    tail.add_argument("--file", type=Path, help="the audit file (default: from the config)")
     return parser
 
 
@@ -116,6 +132,83 @@ async def _run(args: argparse.Namespace, config: Config) -> int:
         return await _call(gw, args.tool, args.args)
 
 
+def _record_line(r: AuditRecord) -> str:
+    where = f"{r.server}.{r.remote_tool}" if r.server else r.tool
+    status = "ok" if r.success else (r.error_kind or "failed")
+    extra = f" plan={r.plan_id}" if r.plan_id else ""
+    if r.outcome:
+        extra += " " + ",".join(f"{k}={v}" for k, v in sorted(r.outcome.items()))
+    tokens = f" tokens={r.actual_tokens}" if r.actual_tokens else ""
+    return f"{r.time.isoformat(timespec='seconds')} {where} {status} {r.duration_ms:.1f}ms{tokens}{extra}"
+
+
+def _audit(args: argparse.Namespace, config: Config) -> int:
+    path = args.file or audit_path(config)
+    if not audit_files(path):
+        print(f"toolscore: no audit file at {path}", file=sys.stderr)
+        return 1
+
+    def warn(message: str) -> None:
+        print(f"toolscore: warning: {message}", file=sys.stderr)
+
+    if args.audit_command == "tail":
+        for record in read_audit(path, warn=warn)[-args.n :] if args.n > 0 else []:
+            print(_record_line(record))
+        if args.follow:
+            return _follow(Path(path))
+        return 0
+    try:
+        since = parse_since(args.since) if args.since else None
+    except ValueError:
+        print(f"toolscore: error: --since {args.since!r}: use 1h, 30m, 2d or an ISO time", file=sys.stderr)
+        return EXIT_CONFIG
+    slow_ms = args.slow_ms if args.slow_ms is not None else config.settings.slow_call_seconds * 1000
+    stats = compute_stats(read_audit(path, warn=warn), slow_ms=slow_ms, since=since, server=args.server)
+    if args.json:
+        print(json.dumps(stats.as_dict(), indent=2))
+        return 0
+    tpst = f"{stats.tpst:g}" if stats.tpst is not None else "-"
+    print(
+        f"calls {stats.calls}  ok {stats.successes}  failed {stats.failures}  tasks {stats.tasks} "
+        f"(solved {stats.solved_tasks}, plans {stats.plans})\n"
+        f"tokens {stats.tokens}  TPST {tpst}  violations {stats.violations}  batched {stats.batched}\n"
+        f"token waste: {stats.wasteful_estimates} estimates off by > 20 %, {stats.wasted_tokens} tokens"
+    )
+    if stats.tools:
+        rows = [["TOOL", "CALLS", "FAILED", "AVG MS", "P95 MS", "TOKENS", ""]]
+        for t in stats.tools:
+            slow = "slow" if t.tool in stats.slow_tools else ""
+            rows.append(
+                [t.tool, str(t.calls), str(t.failures), f"{t.avg_ms:.1f}", f"{t.p95_ms:.1f}", str(t.tokens), slow]
+            )
+        print("\n" + _table(rows))
+    return 0
+
+
+def _follow(path: Path) -> int:
+    """Print records appended to `path` until interrupted (a rotation starts over on the new file)."""
+    position = path.stat().st_size
+    try:
+        while True:
+            size = path.stat().st_size if path.exists() else 0
+            if size < position:
+                position = 0
+            if size > position:
+                with path.open(encoding="utf-8", errors="replace") as fh:
+                    fh.seek(position)
+                    chunk = fh.read()
+                    complete = chunk[: chunk.rfind("\n") + 1]
+                    position += len(complete.encode())
+                for line in complete.splitlines():
+                    try:
+                        print(_record_line(AuditRecord.model_validate_json(line)), flush=True)
+                    except ValueError:
+                        continue
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `toolscore` console script."""
     args = _parser().parse_args(argv)
@@ -123,8 +216,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         config = load_config(args.config or default_config_path())
     except ConfigError as exc:
-        print(f"toolscore: config error: {exc}", file=sys.stderr)
-        return EXIT_CONFIG
+        if args.command == "audit" and args.file is not None and args.config is None:
+            config = Config()  # reading a given audit file needs no servers.json
+        else:
+            print(f"toolscore: config error: {exc}", file=sys.stderr)
+            return EXIT_CONFIG
+    if args.command == "audit":
+        return _audit(args, config)
     try:
         return anyio.run(_run, args, config)
     except KeyboardInterrupt:

@@ -244,6 +244,12 @@ class AuditConfig(_Frozen):
     """JSON Lines file (default: `<state dir>/audit.jsonl`); "" turns the file off."""
     include_arguments: bool = False
     """Record argument values, not just their names (arguments can hold secrets)."""
+    fsync: bool = False
+    """Force every record to disk before the call is answered (survives a power cut; slower)."""
+    max_bytes: int | None = Field(default=None, gt=0)
+    """Rotate the file past this size."""
+    backups: int = Field(default=3, ge=0)
+    """Rotated files kept (`audit.jsonl.1` is the newest)."""
 
 
 class ConstraintsConfig(_Frozen):
