@@ -17,6 +17,7 @@ from mcp import Client
 from tests.conftest import fixture_entry, make_config, running_gateway, text
 from toolscore import MemoryAuditSink
 from toolscore._redact import REDACTED
+from toolscore.errors import ConfigError
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
 
@@ -177,3 +178,70 @@ async def test_plan_steps_are_checked_again_with_their_resolved_arguments(tmp_pa
     assert [s["status"] for s in result.structured_content["steps"]] == ["ok", "ok", "error"]
     assert "denied pattern" in result.structured_content["steps"][2]["error"]
     assert list(tmp_path.glob("count-*")) == []
+
+
+async def test_identical_concurrent_read_only_calls_share_one_downstream_call(tmp_path: Path) -> None:
+    async with policy_client(tmp_path, {"batching": True}) as (client, sink):
+        results: list[mcp_types.CallToolResult] = []
+
+        async def call(key: str) -> None:
+            results.append(await client.call_tool("fx__slow_count", {"key": key, "seconds": 0.5}))
+
+        async with anyio.create_task_group() as tg:
+            for key in ["same"] * 5 + ["other"]:
+                tg.start_soon(call, key)
+        # Not read-only: never coalesced.
+        async with anyio.create_task_group() as tg:
+            for _ in range(3):
+                tg.start_soon(client.call_tool, "fx__counter", {"key": "c"})
+    assert (tmp_path / "count-slow-same").read_text() == "1"
+    assert (tmp_path / "count-slow-other").read_text() == "1"
+    assert (tmp_path / "count-c").read_text() == "3"
+    assert sorted(text(r) for r in results) == ["counted 1"] * 6
+    assert sum(r.batched for r in sink.records) == 4
+
+
+EXAMPLE_PLUGIN = Path(__file__).parent.parent / "docs" / "example_plugin"
+
+
+@pytest.fixture
+def example_plugin_installed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Register the docs' example plugin under its entry point, as `pip install` would."""
+    site = tmp_path / "site"
+    dist = site / "toolscore_example_plugin-0.1.0.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: toolscore-example-plugin\nVersion: 0.1.0\n")
+    (dist / "entry_points.txt").write_text("[toolscore.constraints]\nmax_text = toolscore_example_plugin:MaxText\n")
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.syspath_prepend(str(EXAMPLE_PLUGIN))
+
+
+@pytest.mark.usefixtures("example_plugin_installed")
+async def test_an_enforcing_plugin_refuses_and_tags_results(tmp_path: Path) -> None:
+    plugins = [{"name": "max_text", "mode": "enforce", "options": {"limit": 5}}]
+    async with policy_client(tmp_path, {"plugins": plugins}) as (client, sink):
+        ok = await client.call_tool("fx__echo", {"text": "short"})
+        assert not ok.is_error and ok.meta == {"example/checked_by": "max_text"}
+        refused = await client.call_tool("fx__counter", {"key": "too long"})
+        assert refused.is_error and "'max_text': argument 'key' is longer than 5" in text(refused)
+    assert not (tmp_path / "count-too long").exists()
+    assert sink.records[1].violations == ("max_text: argument 'key' is longer than 5 characters",)
+
+
+@pytest.mark.usefixtures("example_plugin_installed")
+@pytest.mark.parametrize(("mode", "refused"), [("enforce", True), ("permissive", False)])
+async def test_a_failing_plugin_fails_closed_or_open_by_mode(tmp_path: Path, mode: str, refused: bool) -> None:
+    plugins = [{"name": "max_text", "mode": mode, "options": {"fail": True}}]
+    async with policy_client(tmp_path, {"plugins": plugins}) as (client, _):
+        result = await client.call_tool("fx__counter", {"key": "k"})
+    assert result.is_error is refused
+    assert (tmp_path / "count-k").exists() is not refused
+    if refused:
+        assert "the check failed (RuntimeError: the plugin broke)" in text(result)
+
+
+async def test_a_plugin_that_is_not_installed_is_a_config_error(tmp_path: Path) -> None:
+    cfg = make_config({"fx": fixture_entry(tmp_path)}, constraints={"enabled": True, "plugins": [{"name": "nope"}]})
+    with pytest.raises(ConfigError, match=r"constraints.plugins\[0\]: no plugin 'nope' is installed"):
+        async with running_gateway(cfg, tmp_path):
+            pass

@@ -10,6 +10,8 @@ Rules (each optional, global in `constraints`, most overridable per server):
 | `rate_limits` | pre | calls beyond a token bucket per tool, server or client session |
 | `concurrency` | wrap | calls beyond `per_server` running plus `queue` waiting |
 | `results` | post | results over `max_bytes` (truncated with a marker, or refused); secrets are redacted |
+| `batching` | pre + wrap | nothing: identical concurrent read-only calls share one downstream call |
+| `plugins` | pre / post | whatever third-party hooks decide (see `toolscore.plugins`) |
 
 Every refusal is a `Rejected` naming the rule: the model gets the reason, the audit log a
 violation. The static rules (tools, destructive, arguments) also run over a whole plan before any
@@ -38,6 +40,7 @@ from toolscore._refs import contains_ref
 from toolscore._registry import Route
 from toolscore.config import ArgumentRules, Config, ConstraintsConfig, ResultRules, ToolRules
 from toolscore.errors import Rejected
+from toolscore.plugins import load_plugins
 
 __all__ = ["Policy", "RedactingAuditSink", "build_policy"]
 
@@ -290,6 +293,54 @@ def _truncate(result: mcp_types.CallToolResult, limit: int) -> mcp_types.CallToo
     return result.model_copy(update={"content": blocks, "structured_content": None})
 
 
+class _MarkBatchable:
+    """Pre-execution: identical concurrent calls to read-only tools may share one downstream call."""
+
+    name = "batching"
+
+    async def __call__(self, ctx: ExecutionContext) -> mcp_types.CallToolResult | None:
+        hints = ctx.route.tool.annotations if ctx.route else None
+        if hints is not None and hints.read_only_hint:
+            ctx.should_batch = True
+        return None
+
+
+class _SingleFlight:
+    """Wrap: calls marked `should_batch` with the same tool and arguments share one downstream call.
+
+    The first caller (the leader) makes the call; identical calls arriving while it runs wait for
+    its result and are audited as `batched`. If the leader fails or is cancelled, each waiting
+    call makes its own call, so one caller's cancellation never fails another.
+    """
+
+    name = "batching"
+
+    def __init__(self) -> None:
+        self._flights: dict[str, tuple[anyio.Event, list[mcp_types.CallToolResult]]] = {}
+
+    async def __call__(self, ctx: ExecutionContext, call_next: CallNext) -> mcp_types.CallToolResult:
+        if not ctx.should_batch:
+            return await call_next(ctx)
+        key = ctx.tool + "\0" + json.dumps(ctx.arguments, sort_keys=True, separators=(",", ":"))
+        flight = self._flights.get(key)
+        if flight is not None:
+            done, outcome = flight
+            await done.wait()
+            if outcome:
+                ctx.batched = True
+                return outcome[0]
+            return await call_next(ctx)
+        done, outcome = anyio.Event(), []
+        self._flights[key] = (done, outcome)
+        try:
+            result = await call_next(ctx)
+            outcome.append(result)
+            return result
+        finally:
+            del self._flights[key]
+            done.set()
+
+
 class RedactingAuditSink:
     """Redacts argument values and error texts before they reach the audit file."""
 
@@ -351,7 +402,12 @@ def build_policy(config: Config) -> Policy:
         if (c := s.constraints.concurrency or constraints.concurrency).per_server is not None
     }
     wrap: list[WrapHook] = [_ConcurrencyCap(caps)] if caps else []
-    post: list[PostExecutionHook] = [_ResultRules(rules)]
+    if constraints.batching:
+        pre.append(_MarkBatchable())
+        wrap.insert(0, _SingleFlight())  # outside the cap: a batched call takes no slot
+    plugin_pre, plugin_post = load_plugins(constraints.plugins, source=str(config.path) if config.path else None)
+    pre.extend(plugin_pre)
+    post: list[PostExecutionHook] = [*plugin_post, _ResultRules(rules)]
     redactor = Redactor(constraints.results.redact_patterns) if constraints.results.redact else None
     return Policy(tuple(pre), tuple(wrap), tuple(post), rules, redactor)
 

@@ -225,6 +225,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _audit(args, config)
     try:
         return anyio.run(_run, args, config)
+    except ConfigError as exc:  # found while starting: a plugin that is not installed, say
+        print(f"toolscore: config error: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
     except KeyboardInterrupt:
         return 130
 

@@ -43,6 +43,7 @@ __all__ = [
     "GatewaySettings",
     "PathRules",
     "PlanSettings",
+    "PluginConfig",
     "RateLimit",
     "ResultRules",
     "ServerConfig",
@@ -151,6 +152,15 @@ class RateLimit(_Frozen):
     """Glob over exposed tool names this limit applies to."""
     rate: float = Field(gt=0)
     burst: int = Field(default=1, ge=1)
+
+
+class PluginConfig(_Frozen):
+    """A constraint hook from an installed package (entry point group `toolscore.constraints`)."""
+
+    name: str
+    mode: Literal["enforce", "permissive"] = "enforce"
+    """`enforce`: a failing hook refuses the call; `permissive`: it is logged and the call goes on."""
+    options: dict[str, Any] = Field(default_factory=dict)
 
 
 class ServerConstraints(_Frozen):
@@ -263,6 +273,10 @@ class ConstraintsConfig(_Frozen):
     results: ResultRules = Field(default_factory=ResultRules)
     concurrency: ConcurrencyRules = Field(default_factory=ConcurrencyRules)
     rate_limits: tuple[RateLimit, ...] = ()
+    batching: bool = False
+    """Coalesce identical concurrent calls to read-only tools into one downstream call."""
+    plugins: tuple[PluginConfig, ...] = ()
+    """Third-party hooks, run after the built-in rules, in this order."""
 
 
 class PlanSettings(_Frozen):

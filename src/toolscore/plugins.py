@@ -1,0 +1,120 @@
+"""Third-party constraint hooks, registered by Python entry point.
+
+A plugin is a package that declares, in its `pyproject.toml`::
+
+    [project.entry-points."toolscore.constraints"]
+    max_text = "my_package.hooks:MaxText"
+
+and is turned on in servers.json, in order::
+
+    "constraints": {"enabled": true, "plugins": [
+        {"name": "max_text", "mode": "enforce", "options": {"limit": 1000}}]}
+
+The entry point is a factory (usually a class) called with the `options` object. What it returns
+may define either or both of::
+
+    async def pre(self, ctx: ExecutionContext) -> CallToolResult | None: ...
+    async def post(self, ctx: ExecutionContext, result: CallToolResult) -> CallToolResult: ...
+
+`pre` runs with the built-in rules, before the call: raise `toolscore.errors.Rejected` to refuse
+it, return a result to answer in its place, or return None. `post` sees, and may replace, the
+result. A deliberate `Rejected` always refuses; any *other* exception is a failure of the hook:
+in `enforce` mode it refuses the call (fail closed), in `permissive` mode it is logged and the
+call goes on (fail open). Plugins are loaded and composed once, at start-up.
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import entry_points
+from typing import Any, Protocol, runtime_checkable
+
+import mcp_types
+import structlog
+
+from toolscore._engine import ExecutionContext, PostExecutionHook, PreExecutionHook
+from toolscore.config import PluginConfig
+from toolscore.errors import ConfigError, Rejected
+
+__all__ = ["ENTRY_POINT_GROUP", "ConstraintPlugin", "load_plugins"]
+
+ENTRY_POINT_GROUP = "toolscore.constraints"
+log = structlog.get_logger("toolscore.plugins")
+
+
+@runtime_checkable
+class ConstraintPlugin(Protocol):
+    """What a plugin factory returns: `pre`, `post`, or both (see the module docstring)."""
+
+
+class _PluginPre:
+    def __init__(self, name: str, plugin: Any, enforce: bool) -> None:
+        self.name = name
+        self._pre = plugin.pre
+        self._enforce = enforce
+
+    async def __call__(self, ctx: ExecutionContext) -> mcp_types.CallToolResult | None:
+        try:
+            return await self._pre(ctx)
+        except Rejected:
+            raise
+        except Exception as exc:
+            if self._enforce:
+                raise Rejected(f"the check failed ({type(exc).__name__}: {exc})", hook=self.name) from exc
+            log.warning("permissive plugin failed; call goes on", plugin=self.name, error=repr(exc))
+            return None
+
+
+class _PluginPost:
+    def __init__(self, name: str, plugin: Any, enforce: bool) -> None:
+        self.name = name
+        self._post = plugin.post
+        self._enforce = enforce
+
+    async def __call__(self, ctx: ExecutionContext, result: mcp_types.CallToolResult) -> mcp_types.CallToolResult:
+        try:
+            return await self._post(ctx, result)
+        except Rejected:
+            raise
+        except Exception as exc:
+            if self._enforce:
+                raise Rejected(f"the check failed ({type(exc).__name__}: {exc})", hook=self.name) from exc
+            log.warning("permissive plugin failed; result kept", plugin=self.name, error=repr(exc))
+            return result
+
+
+def load_plugins(
+    plugins: tuple[PluginConfig, ...], *, source: str | None = None
+) -> tuple[list[PreExecutionHook], list[PostExecutionHook]]:
+    """Load and wrap the configured plugins, in order.
+
+    Raises:
+        ConfigError: a plugin is not installed, fails to load, or defines neither hook.
+    """
+    available = {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
+    pre: list[PreExecutionHook] = []
+    post: list[PostExecutionHook] = []
+    for n, cfg in enumerate(plugins):
+        field = f"constraints.plugins[{n}]"
+        entry = available.get(cfg.name)
+        if entry is None:
+            installed = ", ".join(sorted(available)) or "none"
+            raise ConfigError(
+                f"no plugin '{cfg.name}' is installed (entry point group '{ENTRY_POINT_GROUP}'; "
+                f"installed: {installed})",
+                path=source,
+                field=field,
+            )
+        try:
+            plugin = entry.load()(dict(cfg.options))
+        except Exception as exc:
+            raise ConfigError(
+                f"plugin '{cfg.name}' failed to load: {type(exc).__name__}: {exc}", path=source, field=field
+            ) from exc
+        enforce = cfg.mode == "enforce"
+        if hasattr(plugin, "pre"):
+            pre.append(_PluginPre(cfg.name, plugin, enforce))
+        if hasattr(plugin, "post"):
+            post.append(_PluginPost(cfg.name, plugin, enforce))
+        if not hasattr(plugin, "pre") and not hasattr(plugin, "post"):
+            raise ConfigError(f"plugin '{cfg.name}' defines neither pre() nor post()", path=source, field=field)
+    return pre, post
