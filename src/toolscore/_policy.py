@@ -256,17 +256,7 @@ class _ResultRules:
         rules = self._rules.get(server, self._rules[None]).results
         redactor = self._redactors.get(server if server in self._rules else None)
         if redactor is not None:
-            result = result.model_copy(
-                update={
-                    "content": [
-                        b.model_copy(update={"text": redactor.text(b.text)})
-                        if isinstance(b, mcp_types.TextContent)
-                        else b
-                        for b in result.content
-                    ],
-                    "structured_content": redactor.json(result.structured_content),
-                }
-            )
+            result = _redacted(result, redactor)
         if rules.max_bytes is not None:
             size = sum(len(b.text.encode()) for b in result.content if isinstance(b, mcp_types.TextContent))
             if size > rules.max_bytes:
@@ -274,6 +264,26 @@ class _ResultRules:
                     raise Rejected(f"the result is {size} bytes; the limit is {rules.max_bytes}", hook="results")
                 result = _truncate(result, rules.max_bytes)
         return result
+
+
+def _redacted(result: mcp_types.CallToolResult, redactor: Redactor) -> mcp_types.CallToolResult:
+    """`result` with secrets replaced; the same object when there were none (the common case)."""
+    blocks: list[mcp_types.ContentBlock] = []
+    changed = False
+    for block in result.content:
+        if isinstance(block, mcp_types.TextContent):
+            text = redactor.text(block.text)
+            if text != block.text:
+                block, changed = block.model_copy(update={"text": text}), True
+        blocks.append(block)
+    structured = result.structured_content
+    if structured is not None:
+        redacted = redactor.json(structured)
+        changed = changed or redacted != structured
+        structured = redacted
+    if not changed:
+        return result
+    return result.model_copy(update={"content": blocks, "structured_content": structured})
 
 
 def _truncate(result: mcp_types.CallToolResult, limit: int) -> mcp_types.CallToolResult:

@@ -30,24 +30,41 @@ _BUILTIN = [
 ]
 
 
+# Every built-in pattern contains one of these (lowercased); text with none of them has no secret
+# the built-ins could find, and skips the regular expressions entirely.
+_ANCHORS = (
+    "-----begin", "akia", "gh", "sk-", "xox", "aiza", "eyj", "bearer", "://",
+    "api_key", "api-key", "apikey", "secret", "token", "password", "passwd",
+)  # fmt: skip
+
+
 class Redactor:
-    """Replaces secrets in strings and, recursively, in JSON values."""
+    """Replaces secrets in strings and, recursively, in JSON values.
+
+    Most tool output holds no secret, so a text is first checked for the built-in patterns'
+    literal anchors with plain substring search; only a text containing one (or any text, when
+    extra patterns are configured) goes through the regular expressions.
+    """
 
     def __init__(self, extra_patterns: Iterable[str] = ()) -> None:
-        self._patterns = [re.compile(p) for p in (*_BUILTIN, *extra_patterns)]
+        self._builtin = [re.compile(p) for p in _BUILTIN]
+        self._extra = [re.compile(p) for p in extra_patterns]
 
     @staticmethod
     def _sub(match: re.Match[str]) -> str:
         if "secret" not in match.re.groupindex or match.group("secret") is None:
             return REDACTED
         start, end = match.span("secret")
-        base = match.start()
-        whole = match.group(0)
+        base, whole = match.start(), match.group(0)
         return whole[: start - base] + REDACTED + whole[end - base :]
 
     def text(self, value: str) -> str:
         """`value` with every secret replaced."""
-        for pattern in self._patterns:
+        lowered = value.lower()
+        if any(anchor in lowered for anchor in _ANCHORS):
+            for pattern in self._builtin:
+                value = pattern.sub(self._sub, value)
+        for pattern in self._extra:
             value = pattern.sub(self._sub, value)
         return value
 
