@@ -22,6 +22,7 @@ from toolscore._engine import ConfirmFn, ToolExecutionEngine, error_result
 from toolscore._hub import DownstreamHub
 from toolscore._plan_tool import ORCHESTRATE, Orchestrator
 from toolscore._version import __version__
+from toolscore.errors import Rejected
 from toolscore.types import ProgressFn
 
 __all__ = ["FrontServer", "build_server"]
@@ -75,9 +76,8 @@ def _confirmer(ctx: ServerRequestContext[Any]) -> ConfirmFn | None:
             answer = await session.send_request(
                 request, mcp_types.ElicitResult, metadata=ServerMessageMetadata(related_request_id=ctx.request_id)
             )
-        except MCPError as exc:  # no back-channel on this connection, or the client failed
-            log.info("confirmation not available", error=exc.message)
-            return False
+        except MCPError as exc:  # no back-channel on this connection (2026-07-28), or the client failed
+            raise Rejected(f"could not ask the user for confirmation: {exc.message}", hook="destructive") from None
         return answer.action == "accept" and bool((answer.content or {}).get("confirm"))
 
     return confirm
