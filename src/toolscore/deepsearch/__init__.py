@@ -1,0 +1,1 @@
+"""toolscore's own research MCP server (`toolscore-deepsearch`): cited answers from a corpus."""

@@ -1,0 +1,163 @@
+"""toolscore-deepsearch: retrieval and citations on a fixture corpus, as a real server behind the
+gateway, and in web mode against a SearXNG-compatible stub on loopback."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import ClassVar
+from urllib.parse import parse_qs, urlparse
+
+import pytest
+from mcp import Client
+
+from tests.conftest import make_config, running_gateway, text
+from toolscore.deepsearch._corpus import Corpus, html_to_text, query_terms
+from toolscore.deepsearch._research import research
+
+DEEPSEARCH = str(Path(sys.executable).parent / "toolscore-deepsearch")
+
+
+@pytest.fixture
+def corpus_dir(tmp_path: Path) -> Path:
+    root = tmp_path / "corpus"
+    root.mkdir()
+    (root / "otters.md").write_text(
+        "# Sea otters\n\nSea otters use rocks as tools to crack open shellfish.\n"
+        "They keep a favourite rock in a pouch under the forearm.\n\nSee [diet](diet.md) for what they eat.\n"
+    )
+    (root / "diet.md").write_text(
+        "# Otter diet\n\nAn adult sea otter eats about a quarter of its body weight every day, mostly sea urchins,\n"
+        "crabs and clams.\n"
+    )
+    (root / "bridges.html").write_text(
+        "<html><head><title>Bridges</title><style>p{}</style></head><body><p>Suspension bridges hang the deck "
+        "from cables.</p><script>var x = 'otters';</script><p>Cable-stayed bridges run cables straight to the "
+        "towers.</p></body></html>"
+    )
+    (root / ".hidden.md").write_text("Sea otters secret hidden file")
+    return root
+
+
+def test_html_is_reduced_to_text_title_and_links() -> None:
+    title, body, links = html_to_text("<title>T</title><p>One &amp; two</p><script>x()</script><a href='/a'>a</a>")
+    assert (title, links) == ("T", ["/a"])
+    assert "One & two" in body and "x()" not in body
+
+
+def test_query_terms_drop_stopwords_and_repeats() -> None:
+    assert query_terms("How do sea otters use the tools, the TOOLS?") == ["sea", "otters", "use", "tools"]
+
+
+def test_research_answers_with_cited_sentences_and_numbered_sources(corpus_dir: Path) -> None:
+    corpus = Corpus()
+    assert corpus.add_folder(corpus_dir) == 3  # the hidden file is skipped
+    report = research(corpus, "How do sea otters use rocks as tools?", max_sources=3)
+    assert report.sources[0].title == "Sea otters"
+    assert report.answer.startswith("Sea otters use rocks as tools to crack open shellfish. [1]")
+    assert re.fullmatch(r"[^\[\]]+ \[\d\](?: [^\[\]]+ \[\d\])*", report.answer), report.answer  # each cited
+    assert "Bridges" not in [s.title for s in report.sources]
+    assert "script" not in report.as_text()
+
+
+def test_links_between_documents_are_followed_within_bounds(corpus_dir: Path) -> None:
+    corpus = Corpus()
+    corpus.add_folder(corpus_dir)
+    report = research(corpus, "sea otter diet urchins", max_sources=1, depth=1)
+    assert report.sources[0].title in ("Otter diet", "Sea otters")
+    none = research(corpus, "sea otter diet urchins", max_sources=1, depth=0)
+    assert none.pages_followed == 0
+
+
+def test_a_question_with_no_match_says_so(corpus_dir: Path) -> None:
+    corpus = Corpus()
+    corpus.add_folder(corpus_dir)
+    report = research(corpus, "quantum chromodynamics")
+    assert report.sources == [] and "No passage in the corpus (3 documents)" in report.answer
+
+
+@pytest.mark.anyio
+@pytest.mark.e2e
+async def test_the_server_behind_the_gateway_and_as_a_plan_shorthand(corpus_dir: Path, tmp_path: Path) -> None:
+    cfg = make_config(
+        {
+            "deepsearch": {
+                "command": DEEPSEARCH,
+                "args": ["--corpus", str(corpus_dir)],
+                "shorthand": {"tool": "research", "primary": "question"},
+            }
+        }
+    )
+    async with running_gateway(cfg, tmp_path) as (gw, _), Client(gw.server, mode="legacy") as client:
+        names = {t.name for t in (await client.list_tools()).tools}
+        assert {"deepsearch__research", "deepsearch__quick_research", "deepsearch__comprehensive_research"} <= names
+        result = await client.call_tool("deepsearch__research", {"question": "What do sea otters eat?"})
+        assert not result.is_error
+        assert result.structured_content is not None
+        sources = result.structured_content["sources"]
+        assert sources[0]["title"] == "Otter diet" and sources[0]["url"].endswith("diet.md")
+        assert "[1]" in result.structured_content["answer"] and "Sources:\n[1] Otter diet" in text(result)
+        plan = await client.call_tool(
+            "orchestrate", {"plan": "<deepsearch id='r'>otters rocks tools</deepsearch><execute_tools />"}
+        )
+        assert plan.structured_content is not None
+        assert plan.structured_content["steps"][0]["status"] == "ok"
+        assert "crack open shellfish" in text(plan)
+
+
+class _StubSearx(BaseHTTPRequestHandler):
+    """`/search?format=json` lists the two pages; `/page/N` serves them."""
+
+    pages: ClassVar[dict[str, str]] = {
+        "/page/1": "<title>Glaciers</title><p>Glaciers move because ice deforms under its own weight.</p>",
+        "/page/2": "<title>Moraines</title><p>A moraine is debris left behind by a retreating glacier.</p>",
+    }
+
+    def do_GET(self) -> None:
+        url = urlparse(self.path)
+        if url.path == "/search":
+            assert parse_qs(url.query)["format"] == ["json"]
+            base = f"http://127.0.0.1:{self.server.server_port}"
+            body = json.dumps({"results": [{"url": base + p, "title": p} for p in self.pages]}).encode()
+            kind = "application/json"
+        elif url.path in self.pages:
+            body, kind = self.pages[url.path].encode(), "text/html; charset=utf-8"
+        else:
+            self.send_response(404)
+            self.end_headers()
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def searx() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _StubSearx)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_port}"
+    server.shutdown()
+    server.server_close()
+    thread.join(5)
+
+
+@pytest.mark.anyio
+@pytest.mark.e2e
+async def test_web_mode_searches_fetches_and_cites_pages(searx: str, corpus_dir: Path, tmp_path: Path) -> None:
+    cfg = make_config({"ds": {"command": DEEPSEARCH, "args": ["--corpus", str(corpus_dir), "--searxng", searx]}})
+    async with running_gateway(cfg, tmp_path) as (gw, _), Client(gw.server, mode="legacy") as client:
+        result = await client.call_tool("ds__quick_research", {"question": "Why do glaciers move?"})
+    assert result.structured_content is not None
+    assert result.structured_content["sources"][0]["url"] == f"{searx}/page/1"
+    assert "ice deforms under its own weight. [1]" in result.structured_content["answer"]
