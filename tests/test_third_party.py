@@ -13,9 +13,9 @@ from tests.conftest import make_config, running_gateway, wait_for
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
 
-BIN = Path(__file__).parent.parent / ".toolscore" / "servers" / "npm" / "node_modules" / ".bin"
-EVERYTHING = BIN / "mcp-server-everything"
-FILESYSTEM = BIN / "mcp-server-filesystem"
+NPM = Path(__file__).parent.parent / ".toolscore" / "servers" / "npm"
+EVERYTHING = NPM / "everything" / "node_modules" / ".bin" / "mcp-server-everything"
+FILESYSTEM = NPM / "docs" / "node_modules" / ".bin" / "mcp-server-filesystem"
 
 requires_npm_servers = pytest.mark.skipif(
     not (EVERYTHING.exists() and FILESYSTEM.exists()), reason="run ./scripts/setup to install the npm servers"

@@ -16,6 +16,7 @@ import mcp_types
 from toolscore._audit import AuditRecord, audit_files, read_audit
 from toolscore._audit_stats import compute_stats, parse_since
 from toolscore._gateway import Gateway, audit_path, open_gateway, serve_http, serve_stdio
+from toolscore._install import install_servers
 from toolscore._logging import configure_logging
 from toolscore._plan_tool import ORCHESTRATE
 from toolscore._version import __version__
@@ -49,6 +50,10 @@ def _parser() -> argparse.ArgumentParser:
     call = sub.add_parser("call", parents=[common], help="call one tool through the engine")
     call.add_argument("tool", help="the exposed tool name, e.g. files__read_file, or orchestrate")
     call.add_argument("--args", default="{}", help="the arguments as a JSON object")
+
+    install = sub.add_parser("install", parents=[common], help="install the servers from their install hints")
+    install.add_argument("servers", nargs="*", help="only these servers (default: all enabled)")
+    install.add_argument("--force", action="store_true", help="reinstall even if up to date")
 
     audit = sub.add_parser("audit", help="read the audit log")
     audit_sub = audit.add_subparsers(dest="audit_command", required=True)
@@ -185,6 +190,22 @@ def _audit(args: argparse.Namespace, config: Config) -> int:
     return 0
 
 
+def _install(args: argparse.Namespace, config: Config) -> int:
+    unknown = [name for name in args.servers if name not in config.servers]
+    if unknown:
+        print(f"toolscore: error: not in the config: {', '.join(unknown)}", file=sys.stderr)
+        return EXIT_CONFIG
+    outcomes = install_servers(config, only=args.servers, force=args.force, log=lambda m: print(m, file=sys.stderr))
+    rows = [["SERVER", "STATUS", "TIME", "SIZE", ""]]
+    for o in outcomes:
+        time_s = f"{o.seconds:.1f}s" if o.seconds else "-"
+        size = f"{o.megabytes:.0f} MB" if o.megabytes else "-"
+        rows.append([o.server, o.status, time_s, size, o.message])
+    print(_table(rows))
+    print(f"prefix: {config.servers_prefix}")
+    return 1 if any(o.status == "failed" for o in outcomes) else 0
+
+
 def _follow(path: Path) -> int:
     """Print records appended to `path` until interrupted (a rotation starts over on the new file)."""
     position = path.stat().st_size
@@ -223,6 +244,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return EXIT_CONFIG
     if args.command == "audit":
         return _audit(args, config)
+    if args.command == "install":
+        return _install(args, config)
     try:
         return anyio.run(_run, args, config)
     except ConfigError as exc:  # found while starting: a plugin that is not installed, say

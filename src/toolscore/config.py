@@ -12,7 +12,10 @@ A config file looks like::
     }
 
 VS Code's top-level `servers` is accepted in place of `mcpServers`. Strings may use `${VAR}` and
-`${VAR:-default}`; `${TOOLSCORE_CONFIG_DIR}` is the directory holding the file. Keys other clients
+`${VAR:-default}`; `${TOOLSCORE_CONFIG_DIR}` is the directory holding the file, and
+`${TOOLSCORE_SERVERS}` (unless set) is `<that directory>/.toolscore/servers`, where
+`toolscore install` puts servers, and `${TOOLSCORE_PYTHON_PREFIX}` is the Python installation
+their venvs link to. Keys other clients
 put in a server entry are kept and ignored; toolscore's own sections reject unknown keys, so a
 typo there is an error rather than a silently ignored setting.
 """
@@ -22,6 +25,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -41,6 +45,7 @@ __all__ = [
     "Config",
     "ConstraintsConfig",
     "GatewaySettings",
+    "InstallHints",
     "PathRules",
     "PlanSettings",
     "PluginConfig",
@@ -69,6 +74,7 @@ DEFAULT_SLOW_CALL_SECONDS = 5.0
 _MASK = "***"
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 CONFIG_DIR_VAR = "TOOLSCORE_CONFIG_DIR"
+SERVERS_VAR = "TOOLSCORE_SERVERS"
 
 
 def _regexes(patterns: tuple[str, ...]) -> tuple[str, ...]:
@@ -173,6 +179,21 @@ class ServerConstraints(_Frozen):
     concurrency: ConcurrencyRules | None = None
 
 
+class InstallHints(_Frozen):
+    """How `toolscore install` sets a server up, under the servers prefix (`${TOOLSCORE_SERVERS}`)."""
+
+    pip: tuple[str, ...] = ()
+    """Requirements installed into the server's own venv, `<prefix>/venvs/<server>`."""
+    npm: tuple[str, ...] = ()
+    """Packages installed under `<prefix>/npm/<server>/node_modules` (launch them by path, not npx)."""
+    apt: tuple[str, ...] = ()
+    """Debian packages (installed when run as root; otherwise reported)."""
+    dirs: tuple[str, ...] = ()
+    """Directories created under the prefix (state, work dirs)."""
+    run: tuple[tuple[str, ...], ...] = ()
+    """Commands run last, in order (pre-warming caches, downloading wheels)."""
+
+
 class Shorthand(_Frozen):
     """A plan tag bound to one tool of a server: `<tag>text</tag>` calls `tool` with the text."""
 
@@ -210,6 +231,8 @@ class ServerConfig(BaseModel):
     """Plan tags bound to this server's tools (see docs/plan-language.md)."""
     constraints: ServerConstraints = Field(default_factory=ServerConstraints)
     """Overrides of the top-level `constraints` rules for this server."""
+    install: InstallHints | None = None
+    """What `toolscore install` does for this server."""
 
     @property
     def shorthands(self) -> tuple[Shorthand, ...]:
@@ -317,6 +340,8 @@ class Config(_Frozen):
     settings: GatewaySettings = Field(default_factory=GatewaySettings)
     constraints: ConstraintsConfig = Field(default_factory=ConstraintsConfig)
     path: Path | None = None
+    servers_prefix: Path = Field(default_factory=lambda: Path(".toolscore") / "servers")
+    """Where `toolscore install` puts servers: `${TOOLSCORE_SERVERS}`."""
 
     @property
     def enabled_servers(self) -> list[ServerConfig]:
@@ -387,8 +412,11 @@ def parse_config(data: Any, *, source: str | None = None, env: Mapping[str, str]
         ConfigError: naming `source` and the JSON path of the first problem.
     """
     variables = dict(os.environ if env is None else env)
-    if source is not None:
-        variables.setdefault(CONFIG_DIR_VAR, str(Path(source).resolve().parent))
+    base = Path(source).resolve().parent if source is not None else Path.cwd()
+    variables.setdefault(CONFIG_DIR_VAR, str(base))
+    variables.setdefault(SERVERS_VAR, str(base / ".toolscore" / "servers"))
+    # The Python install that venvs made by `toolscore install` link to (a sandbox must see it).
+    variables.setdefault("TOOLSCORE_PYTHON_PREFIX", sys.base_prefix)
     if not isinstance(data, dict):
         raise ConfigError("the top level must be a JSON object", path=source)
     if "mcpServers" in data and "servers" in data:
@@ -418,6 +446,7 @@ def parse_config(data: Any, *, source: str | None = None, env: Mapping[str, str]
         settings=settings,
         constraints=constraints,
         path=Path(source).resolve() if source else None,
+        servers_prefix=Path(variables[SERVERS_VAR]),
     )
 
 

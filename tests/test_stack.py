@@ -1,0 +1,151 @@
+"""The shipped servers.json's stack (installed by `toolscore install`), through the real front:
+the sandbox runs code and cannot get out; search finds things in its tree and nowhere else."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mcp import Client
+
+from tests.conftest import running_gateway, text
+from toolscore import Gateway, parse_config
+
+pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
+
+ROOT = Path(__file__).parent.parent
+STAMPS = ROOT / ".toolscore" / "servers" / ".installed"
+requires_stack = pytest.mark.skipif(
+    not ((STAMPS / "search.json").exists() and (STAMPS / "microsandbox.json").exists()),
+    reason="run ./scripts/setup (toolscore install) to install the shipped servers",
+)
+
+
+@pytest.fixture
+async def stack(tmp_path: Path) -> AsyncIterator[tuple[Gateway, Path]]:
+    tree = tmp_path / "tree"
+    (tree / "pkg").mkdir(parents=True)
+    (tree / "pkg" / "alpha.py").write_text("def needle_function():\n    return 'found me'\n")
+    (tree / "notes.md").write_text("# Notes\nnothing to see\n")
+    source = ROOT / "servers.json"
+    data = json.loads(source.read_text())
+    servers = {name: data["mcpServers"][name] for name in ("search", "microsandbox", "deepsearch")}
+    env = {**os.environ, "TOOLSCORE_SEARCH_ROOT": str(tree)}
+    config = parse_config({**data, "mcpServers": servers}, source=str(source), env=env)
+    async with running_gateway(config, tmp_path) as (gw, _):
+        yield gw, tree
+
+
+async def run_code(client: Client, code: str) -> dict[str, Any]:
+    result = await client.call_tool("microsandbox__repl_run_code", {"params": {"code": code}})
+    assert not result.is_error, text(result)
+    return json.loads(text(result))
+
+
+@requires_stack
+async def test_the_sandbox_runs_code_as_nobody(stack: tuple[Gateway, Path]) -> None:
+    async with Client(stack[0].server, mode="legacy") as client:
+        out = await run_code(client, "import os; print(sum(range(10)), os.getuid())")
+    assert out["status"] == "completed" and out["stdout"] == "45 65534\n"
+
+
+@requires_stack
+async def test_sandboxed_code_cannot_reach_the_network(stack: tuple[Gateway, Path]) -> None:
+    with socket.socket() as listener:  # a service the host can reach on loopback
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        with socket.create_connection(("127.0.0.1", port), timeout=2):
+            pass
+        async with Client(stack[0].server, mode="legacy") as client:
+            out = await run_code(
+                client,
+                f"import socket\ns = socket.socket()\ns.settimeout(2)\nprint(s.connect_ex(('127.0.0.1', {port})))",
+            )
+    assert out["stdout"].strip() != "0"  # refused or unreachable: not the host's listener
+
+
+@requires_stack
+async def test_sandboxed_code_cannot_see_the_home_or_the_gateways_files(stack: tuple[Gateway, Path]) -> None:
+    marker = Path.home() / f".toolscore-test-{uuid.uuid4().hex}"
+    marker.write_text("secret")
+    try:
+        paths = [str(marker), str(ROOT / "pyproject.toml"), str(ROOT / "servers.json"), str(stack[1] / "notes.md")]
+        async with Client(stack[0].server, mode="legacy") as client:
+            out = await run_code(client, f"import os\nprint([os.path.exists(p) for p in {paths!r}])")
+    finally:
+        marker.unlink()
+    assert out["stdout"] == "[False, False, False, False]\n"
+
+
+@requires_stack
+async def test_the_system_is_read_only_and_memory_is_bounded(stack: tuple[Gateway, Path]) -> None:
+    async with Client(stack[0].server, mode="legacy") as client:
+        write = await run_code(client, "open('/usr/toolscore-test', 'w')")
+        memory = await run_code(client, "x = bytearray(3 * 1024 ** 3)")
+        work = await run_code(
+            client, "open('/tmp/work/ok.txt', 'w').write('fine'); print(open('/tmp/work/ok.txt').read())"
+        )
+    assert write["error_type"] == "OSError" and "Read-only file system" in write["error_message"]
+    assert memory["error_type"] == "MemoryError"
+    assert work["stdout"] == "fine\n"
+
+
+@requires_stack
+async def test_a_fork_bomb_hits_the_process_limit(stack: tuple[Gateway, Path]) -> None:
+    if not os.access("/sys/fs/cgroup/pids", os.W_OK) and not os.access("/sys/fs/cgroup", os.W_OK):
+        pytest.skip("no writable pids cgroup on this machine: the limit cannot be enforced here")
+    code = (
+        "import os, time\nok = 0\nkids = []\n"
+        "for _ in range(500):\n"
+        "    try:\n        pid = os.fork()\n    except OSError:\n        break\n"
+        "    if pid == 0:\n        time.sleep(1)\n        os._exit(0)\n"
+        "    ok += 1\n    kids.append(pid)\n"
+        "for pid in kids:\n    os.waitpid(pid, 0)\nprint(ok)"
+    )
+    async with Client(stack[0].server, mode="legacy") as client:
+        out = await run_code(client, code)
+        after = await run_code(client, "print('still alive')")
+    assert int(out["stdout"]) < 64
+    assert after["stdout"] == "still alive\n"
+
+
+@requires_stack
+async def test_search_finds_code_in_its_tree_and_nothing_outside(stack: tuple[Gateway, Path]) -> None:
+    async with Client(stack[0].server, mode="legacy") as client:
+        names = {t.name for t in (await client.list_tools()).tools}
+        assert "search__search_code_advanced" in names and "search__set_project_path" not in names
+        hits = json.loads(text(await client.call_tool("search__search_code_advanced", {"pattern": "needle_function"})))
+        assert [r["text"] for r in hits["results"]] == ["def needle_function():"]
+        files = text(await client.call_tool("search__find_files", {"pattern": "*.py"}))
+        assert files.split() == ["pkg/alpha.py"]
+        for path in ("../../../etc/passwd", "/etc/passwd"):
+            refused = await client.call_tool("search__get_file_summary", {"file_path": path})
+            assert refused.is_error, path
+        rerooted = await client.call_tool("search__set_project_path", {"path": "/etc"})
+        assert rerooted.is_error and "Unknown tool" in text(rerooted)
+
+
+@requires_stack
+async def test_one_plan_over_the_roles(stack: tuple[Gateway, Path]) -> None:
+    plan = (
+        "<parallel>"
+        '<search id="s">needle_function</search>'
+        '<deepsearch id="d">How do plans pass results between steps?</deepsearch>'
+        "</parallel>"
+        '<microsandbox><arg name="params" type="json">'
+        '{"code": "hits = ${s.json.pagination.total_matches}\\nprint(hits * 10)"}</arg></microsandbox>'
+        "<execute_tools />"
+    )
+    async with Client(stack[0].server, mode="legacy") as client:
+        result = await client.call_tool("orchestrate", {"plan": plan})
+    assert result.structured_content is not None, text(result)
+    steps = result.structured_content["steps"]
+    assert [s["status"] for s in steps] == ["ok", "ok", "ok"]
+    assert '"stdout": "10\\n"' in text(result)  # one match, times ten
