@@ -3,18 +3,23 @@ the sandbox runs code and cannot get out; search finds things in its tree and no
 
 from __future__ import annotations
 
+import base64
 import json
 import os
+import re
 import socket
+import subprocess
+import threading
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 from mcp import Client
 
-from tests.conftest import running_gateway, text
+from tests.conftest import running_gateway, text, wait_for
 from toolscore import Gateway, parse_config
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
@@ -22,7 +27,7 @@ pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
 ROOT = Path(__file__).parent.parent
 STAMPS = ROOT / ".toolscore" / "servers" / ".installed"
 requires_stack = pytest.mark.skipif(
-    not ((STAMPS / "search.json").exists() and (STAMPS / "microsandbox.json").exists()),
+    not all((STAMPS / f"{name}.json").exists() for name in ("search", "microsandbox", "browser")),
     reason="run ./scripts/setup (toolscore install) to install the shipped servers",
 )
 
@@ -35,7 +40,7 @@ async def stack(tmp_path: Path) -> AsyncIterator[tuple[Gateway, Path]]:
     (tree / "notes.md").write_text("# Notes\nnothing to see\n")
     source = ROOT / "servers.json"
     data = json.loads(source.read_text())
-    servers = {name: data["mcpServers"][name] for name in ("search", "microsandbox", "deepsearch")}
+    servers = {name: data["mcpServers"][name] for name in ("search", "microsandbox", "deepsearch", "browser")}
     env = {**os.environ, "TOOLSCORE_SEARCH_ROOT": str(tree)}
     config = parse_config({**data, "mcpServers": servers}, source=str(source), env=env)
     async with running_gateway(config, tmp_path) as (gw, _):
@@ -132,20 +137,111 @@ async def test_search_finds_code_in_its_tree_and_nothing_outside(stack: tuple[Ga
         assert rerooted.is_error and "Unknown tool" in text(rerooted)
 
 
+PAGE = b"""<!doctype html><html><head><title>Fixture page</title></head><body>
+<h1>Hello from the fixture</h1>
+<p id="status">not pressed</p>
+<button onclick="document.getElementById('status').textContent = 'pressed: ' +
+  document.getElementById('name').value">Press me</button>
+<input id="name" aria-label="Your name">
+</body></html>"""
+
+
+class _Page(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html; charset=utf-8")
+        self.send_header("Content-Length", str(len(PAGE)))
+        self.end_headers()
+        self.wfile.write(PAGE)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def page_url() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Page)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_port}/"
+    server.shutdown()
+    server.server_close()
+    thread.join(5)
+
+
 @requires_stack
-async def test_one_plan_over_the_roles(stack: tuple[Gateway, Path]) -> None:
+async def test_one_plan_over_all_four_roles(stack: tuple[Gateway, Path], page_url: str) -> None:
     plan = (
         "<parallel>"
         '<search id="s">needle_function</search>'
         '<deepsearch id="d">How do plans pass results between steps?</deepsearch>'
+        f'<browser id="b">{page_url}</browser>'
         "</parallel>"
         '<microsandbox><arg name="params" type="json">'
-        '{"code": "hits = ${s.json.pagination.total_matches}\\nprint(hits * 10)"}</arg></microsandbox>'
+        '{"code": "hits = ${s.json.pagination.total_matches}\\nprint(hits * 10, ${d.json.sources[0].n})"}'
+        "</arg></microsandbox>"
         "<execute_tools />"
     )
     async with Client(stack[0].server, mode="legacy") as client:
         result = await client.call_tool("orchestrate", {"plan": plan})
     assert result.structured_content is not None, text(result)
     steps = result.structured_content["steps"]
-    assert [s["status"] for s in steps] == ["ok", "ok", "ok"]
-    assert '"stdout": "10\\n"' in text(result)  # one match, times ten
+    assert [(s["server"], s["status"]) for s in steps] == [
+        ("search", "ok"),
+        ("deepsearch", "ok"),
+        ("browser", "ok"),
+        ("microsandbox", "ok"),
+    ]
+    assert "Fixture page" in text(result)  # the browser step's page title
+    assert '"stdout": "10 1\\n"' in text(result)  # one search match, times ten; first source cited as [1]
+
+
+def _chromium_pids() -> set[int]:
+    out = subprocess.run(["pgrep", "-f", "chromium"], capture_output=True, text=True, check=False).stdout
+    return {int(pid) for pid in out.split()}
+
+
+def _ref(snapshot: str, role: str, name: str) -> str:
+    match = re.search(rf'{role} "{re.escape(name)}"[^\n]*\[ref=(\w+)\]', snapshot)
+    assert match, snapshot
+    return match.group(1)
+
+
+@requires_stack
+async def test_the_browser_reads_clicks_types_and_leaves_no_chromium(
+    stack: tuple[Gateway, Path], page_url: str
+) -> None:
+    before = _chromium_pids()
+    gw = stack[0]
+    async with Client(gw.server, mode="legacy") as client:
+        names = {t.name for t in (await client.list_tools()).tools}
+        assert "browser__browser_navigate" in names and "browser__browser_run_code_unsafe" not in names
+        await client.call_tool("browser__browser_navigate", {"url": page_url})
+        snapshot = text(await client.call_tool("browser__browser_snapshot", {}))
+        assert "Hello from the fixture" in snapshot
+        field = _ref(snapshot, "textbox", "Your name")
+        typed = await client.call_tool("browser__browser_type", {"target": field, "text": "Ada"})
+        assert not typed.is_error, text(typed)
+        clicked = await client.call_tool("browser__browser_click", {"target": _ref(snapshot, "button", "Press me")})
+        assert not clicked.is_error, text(clicked)
+        after = text(await client.call_tool("browser__browser_snapshot", {}))
+        assert "pressed: Ada" in after
+        shot = await client.call_tool("browser__browser_take_screenshot", {"type": "png", "scale": "css"})
+        images = [b for b in shot.content if getattr(b, "type", "") == "image"]
+        assert images and base64.b64decode(images[0].data)[:8] == b"\x89PNG\r\n\x1a\n"
+        blocked = await client.call_tool("browser__browser_navigate", {"url": "file:///etc/passwd"})
+        assert blocked.is_error or "root:" not in text(blocked)
+        assert _chromium_pids() - before  # a browser is running now
+
+
+@requires_stack
+async def test_no_chromium_is_left_after_the_gateway_stops(tmp_path: Path, page_url: str) -> None:
+    before = _chromium_pids()
+    source = ROOT / "servers.json"
+    data = json.loads(source.read_text())
+    config = parse_config({**data, "mcpServers": {"browser": data["mcpServers"]["browser"]}}, source=str(source))
+    async with running_gateway(config, tmp_path) as (gw, _), Client(gw.server, mode="legacy") as client:
+        await client.call_tool("browser__browser_navigate", {"url": page_url})
+        assert _chromium_pids() - before
+    # Chromium exits when its Playwright parent's pipe closes, a moment after the gateway is done.
+    await wait_for(lambda: not (_chromium_pids() - before), 10)
