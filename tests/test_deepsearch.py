@@ -6,9 +6,8 @@ from __future__ import annotations
 import json
 import re
 import sys
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import ClassVar
 from urllib.parse import parse_qs, urlparse
@@ -16,7 +15,7 @@ from urllib.parse import parse_qs, urlparse
 import pytest
 from mcp import Client
 
-from tests.conftest import make_config, running_gateway, text
+from tests.conftest import loopback_http, make_config, running_gateway, text
 from toolscore.deepsearch._corpus import Corpus, html_to_text, query_terms
 from toolscore.deepsearch._research import research
 
@@ -143,13 +142,8 @@ class _StubSearx(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def searx() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _StubSearx)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_port}"
-    server.shutdown()
-    server.server_close()
-    thread.join(5)
+    with loopback_http(_StubSearx) as url:
+        yield url
 
 
 @pytest.mark.anyio

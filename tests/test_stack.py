@@ -9,17 +9,16 @@ import os
 import re
 import socket
 import subprocess
-import threading
 import uuid
 from collections.abc import AsyncIterator, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
 import pytest
 from mcp import Client
 
-from tests.conftest import running_gateway, text, wait_for
+from tests.conftest import loopback_http, running_gateway, text, wait_for
 from toolscore import Gateway, parse_config
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
@@ -160,13 +159,8 @@ class _Page(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def page_url() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Page)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_port}/"
-    server.shutdown()
-    server.server_close()
-    thread.join(5)
+    with loopback_http(_Page) as url:
+        yield url + "/"
 
 
 @requires_stack

@@ -46,6 +46,13 @@ class ConstraintPlugin(Protocol):
     """What a plugin factory returns: `pre`, `post`, or both (see the module docstring)."""
 
 
+def _failed(name: str, enforce: bool, exc: Exception) -> None:
+    """A hook that broke: refuse the call (enforce), or log it and let the call go on (permissive)."""
+    if enforce:
+        raise Rejected(f"the check failed ({type(exc).__name__}: {exc})", hook=name) from exc
+    log.warning("permissive plugin failed; the call goes on", plugin=name, error=repr(exc))
+
+
 class _PluginPre:
     def __init__(self, name: str, plugin: Any, enforce: bool) -> None:
         self.name = name
@@ -58,9 +65,7 @@ class _PluginPre:
         except Rejected:
             raise
         except Exception as exc:
-            if self._enforce:
-                raise Rejected(f"the check failed ({type(exc).__name__}: {exc})", hook=self.name) from exc
-            log.warning("permissive plugin failed; call goes on", plugin=self.name, error=repr(exc))
+            _failed(self.name, self._enforce, exc)
             return None
 
 
@@ -76,9 +81,7 @@ class _PluginPost:
         except Rejected:
             raise
         except Exception as exc:
-            if self._enforce:
-                raise Rejected(f"the check failed ({type(exc).__name__}: {exc})", hook=self.name) from exc
-            log.warning("permissive plugin failed; result kept", plugin=self.name, error=repr(exc))
+            _failed(self.name, self._enforce, exc)
             return result
 
 
