@@ -93,6 +93,7 @@ def _apt(packages: Sequence[str], log: Log) -> None:
 
 def _install_one(server: ServerConfig, hints: InstallHints, prefix: Path, log: Log) -> list[Path]:
     made: list[Path] = []
+    prefix.mkdir(parents=True, exist_ok=True)  # `run` steps start in it
     if hints.apt:
         _apt(hints.apt, log)
     if hints.pip:
