@@ -26,7 +26,7 @@ call goes on (fail open). Plugins are loaded and composed once, at start-up.
 from __future__ import annotations
 
 from importlib.metadata import entry_points
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import mcp_types
 import structlog
@@ -35,15 +35,10 @@ from toolscore._engine import ExecutionContext, PostExecutionHook, PreExecutionH
 from toolscore.config import PluginConfig
 from toolscore.errors import ConfigError, Rejected
 
-__all__ = ["ENTRY_POINT_GROUP", "ConstraintPlugin", "load_plugins"]
+__all__ = ["ENTRY_POINT_GROUP", "load_plugins"]
 
 ENTRY_POINT_GROUP = "toolscore.constraints"
 log = structlog.get_logger("toolscore.plugins")
-
-
-@runtime_checkable
-class ConstraintPlugin(Protocol):
-    """What a plugin factory returns: `pre`, `post`, or both (see the module docstring)."""
 
 
 def _failed(name: str, enforce: bool, exc: Exception) -> None:
