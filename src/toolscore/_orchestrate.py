@@ -82,12 +82,11 @@ class StepRecord:
 
 @dataclass
 class BlockOutcome:
-    """A block's status and value, for `${block_id}` and block errors."""
+    """A block that failed or timed out, for its `<result block=…>` line."""
 
     kind: str
     id: str | None
     status: Status
-    value: dict[str, Any] | None
     error: str | None = None
 
 
@@ -187,7 +186,7 @@ class PlanRunner:
         if block.id:
             self._episode.block_values[block.id] = value
         if (_failed(status) and block.kind != "sequential") or status == "timeout":
-            self.blocks.append(BlockOutcome(block.kind, block.id, status, value, self._block_error(node, status)))
+            self.blocks.append(BlockOutcome(block.kind, block.id, status, self._block_error(node, status)))
         return status
 
     async def _block(self, node: CheckedBlock, deadline: float) -> Status:
