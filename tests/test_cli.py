@@ -63,7 +63,7 @@ def test_check_prints_a_table_and_fails_when_a_server_is_down(tmp_path: Path) ->
     assert proc.returncode == 1, proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[0].split() == ["SERVER", "TRANSPORT", "STATE", "TOOLS", "START", "ERROR"]
-    assert lines[1].split()[:4] == ["fx", "stdio", "up", "16"]
+    assert lines[1].split()[:4] == ["fx", "stdio", "up", "18"]
     assert lines[2].split()[:3] == ["gone", "stdio", "down"]
     assert "not found" in lines[2]
 
@@ -139,7 +139,7 @@ def stdio_gateway(tmp_path: Path) -> Iterator[subprocess.Popen[bytes]]:
 def test_stdio_carries_only_json_rpc_and_exits_on_stdin_eof(stdio_gateway: subprocess.Popen[bytes]) -> None:
     proc = stdio_gateway
     _rpc(proc, {"jsonrpc": "2.0", "id": 2, "method": "tools/list"})
-    assert len(_read(proc, 2)["result"]["tools"]) == 1 + 16  # orchestrate + the fixture's
+    assert len(_read(proc, 2)["result"]["tools"]) == 1 + 18  # orchestrate + the fixture's
     _rpc(proc, {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "fx__pid", "arguments": {}}})
     child = int(_read(proc, 3)["result"]["content"][0]["text"])
     size = 200_000
@@ -179,7 +179,7 @@ async def test_a_real_stdio_client_in_both_eras(tmp_path: Path, mode: str) -> No
     path = write_config(tmp_path, {"fx": fixture_entry(tmp_path)})
     params = StdioServerParameters(command=TOOLSCORE, args=["serve", "--config", str(path)])
     async with Client(params, mode=mode) as client:
-        assert len((await client.list_tools()).tools) == 1 + 16  # orchestrate + the fixture's
+        assert len((await client.list_tools()).tools) == 1 + 18  # orchestrate + the fixture's
         result = await client.call_tool("fx__add", {"a": 1, "b": 2})
         assert result.structured_content == {"sum": 3}
 

@@ -32,12 +32,16 @@ class FakeServers:
         self.down: str | None = None
         self.calls: list[tuple[str, Arguments]] = []
         self.cancelled = anyio.Event()
+        self.timed_out: list[str] = []
 
     def unavailable_reason(self, server: str) -> str | None:
         return self.down
 
+    def call_timed_out(self, server: str, caller: str | None) -> None:
+        self.timed_out.append(server)
+
     async def __call__(
-        self, server: str, tool: str, arguments: Arguments, *, progress: ProgressFn | None
+        self, server: str, tool: str, arguments: Arguments, *, progress: ProgressFn | None, caller: str | None
     ) -> mcp_types.CallToolResult:
         self.calls.append((tool, arguments))
         if tool == "slow":
@@ -163,6 +167,7 @@ async def test_a_deadline_cancels_the_downstream_call() -> None:
     assert servers.cancelled.is_set()
     assert "did not answer within 0.05 s" in run.result.content[0].text  # type: ignore[union-attr]
     assert sink.records[0].error_kind == "timeout"
+    assert servers.timed_out == ["srv"]  # the hub is told, to check the server is not wedged
     assert sink.records[0].phase == "error_handling"
 
 

@@ -202,14 +202,18 @@ async def test_large_results_flow_by_reference_and_the_model_sees_a_capped_view(
 
 
 async def test_episodes_continue_step_numbers_and_references(gw: tuple[Gateway, MemoryAuditSink]) -> None:
-    first = await run(gw[0], '<say id="a">from turn one</say>')
-    assert first.structured_content is not None
-    episode = first.structured_content["episode"]
-    second = await run(gw[0], "<say>${a.text} and $result_of_step_1</say>", episode=episode)
-    assert statuses(second) == {2: "ok"}
-    assert step(second, 2)["result"] == "from turn one and from turn one"
-    ended = await run(gw[0], "Final Answer: done", episode=episode)
-    assert not ended.is_error and 'ended="true"' in text(ended)
+    async with Client(gw[0].server, mode="legacy") as client:
+        first = await client.call_tool("orchestrate", {"plan": '<say id="a">from turn one</say>'})
+        assert first.structured_content is not None
+        episode = first.structured_content["episode"]
+        plan = "<say>${a.text} and $result_of_step_1</say>"
+        second = await client.call_tool("orchestrate", {"plan": plan, "episode": episode})
+        assert statuses(second) == {2: "ok"}
+        assert step(second, 2)["result"] == "from turn one and from turn one"
+        ended = await client.call_tool("orchestrate", {"plan": "Final Answer: done", "episode": episode})
+        assert not ended.is_error and 'ended="true"' in text(ended)
+        again = await client.call_tool("orchestrate", {"plan": "<say>${a}</say>", "episode": episode})
+        assert again.is_error and "unknown or has expired" in text(again)
 
 
 async def test_the_plan_budget_keeps_finished_results(tmp_path: Path) -> None:

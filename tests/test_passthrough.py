@@ -149,7 +149,7 @@ async def test_a_downstream_list_change_reaches_the_client(gateway: Gateway) -> 
 async def test_paginated_tool_lists_are_read_to_the_end(tmp_path: Path) -> None:
     cfg = make_config({"fx": fixture_entry(tmp_path, env={"FIXTURE_PAGE_SIZE": "5"})})
     async with running_gateway(cfg, tmp_path) as (gw, _):
-        assert len(gw.hub.registry.routes) == 16
+        assert len(gw.hub.registry.routes) == 18
 
 
 async def test_a_tool_with_an_invalid_schema_is_skipped_and_the_rest_served(tmp_path: Path) -> None:

@@ -27,17 +27,17 @@ import anyio
 import httpx2
 import mcp_types
 import structlog
-from mcp import Client, MCPError, StdioServerParameters
+from mcp import Client, MCPError
 from mcp.client.session import IncomingMessage
 from mcp.client.sse import sse_client
-from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._stream_protocols import ReadStream, WriteStream
 from mcp.shared.message import SessionMessage
 from pydantic import BaseModel, Field, ValidationError
 
+from toolscore._child import ChildProcess, spawn_stdio
+from toolscore._sdk import ReadStream, WriteStream, send_raw_request
 from toolscore._version import __version__
-from toolscore.config import ServerConfig
+from toolscore.config import DEFAULT_MAX_RESULT_BYTES, ServerConfig
 from toolscore.errors import DownstreamProtocolError, DownstreamUnavailable
 from toolscore.types import Arguments, ProgressFn
 
@@ -128,6 +128,12 @@ async def _watched(
         lost.set()
 
 
+@asynccontextmanager
+async def _already_open(streams: Any) -> AsyncIterator[Any]:
+    """A transport opened earlier (and closed by its own exit stack), as `Client` takes one."""
+    yield streams
+
+
 def _describe(exc: BaseException) -> str:
     """One line for an exception, unwrapping the groups task groups raise."""
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
@@ -152,12 +158,22 @@ class Downstream:
         connect_timeout: float,
         log_dir: Path | None,
         on_tools_changed: Callable[[], Awaitable[None]],
+        max_message_bytes: int = DEFAULT_MAX_RESULT_BYTES,
+        label: str | None = None,
     ) -> None:
+        """Args:
+        max_message_bytes: The largest message accepted from the server.
+        label: How logs name this connection (default: the server name).
+        """
         self.config = config
         self.name = config.name
+        self.label = label or config.name
         self._connect_timeout = connect_timeout
         self._log_dir = log_dir
         self._on_tools_changed = on_tools_changed
+        self._max_message_bytes = max_message_bytes
+        self._child: ChildProcess | None = None
+        self._probing = False
         self.state = ServerState.STARTING
         self.tools: tuple[mcp_types.Tool, ...] = ()
         self.error: str | None = None
@@ -169,6 +185,11 @@ class Downstream:
         self._relist = anyio.Event()
 
     # -- status ---------------------------------------------------------------------------------
+
+    @property
+    def pid(self) -> int | None:
+        """The process id of a connected stdio server (None for HTTP, or while down)."""
+        return self._child.pid if self._child is not None else None
 
     def status(self) -> ServerStatus:
         """A snapshot of this server's state."""
@@ -232,6 +253,41 @@ class Downstream:
             result = result.model_copy(update={"meta": meta or None})
         return result
 
+    def restart(self, reason: str) -> None:
+        """Drop the connection now (a stdio child is killed at once); the supervisor reconnects."""
+        if self._client is None:
+            return
+        log.warning("restarting server", server=self.label, reason=reason)
+        self.error = reason
+        child = self._child
+        if child is not None:
+            child.kill()  # SIGKILL reaches even a stopped or spinning process
+        self._lost.set()
+
+    async def check_after_timeout(self) -> None:
+        """A call timed out: restart a server that is wedged (or, by config, any such server).
+
+        With `on_timeout: "ping"` the server is pinged with its own deadline, and restarted only
+        if it does not answer: a slow tool is not a dead server.
+        """
+        client = self._client
+        if client is None or self._probing:
+            return
+        if self.config.on_timeout == "restart":
+            self.restart("a call timed out (on_timeout: restart)")
+            return
+        self._probing = True
+        try:
+            with anyio.move_on_after(self.config.ping_timeout) as scope:
+                try:
+                    await client.send_ping()
+                except (MCPError, *_LOST_ERRORS, httpx2.TransportError):
+                    return  # the connection is already going; the supervisor handles it
+            if scope.cancelled_caught and self._client is client:
+                self.restart(f"no answer to ping within {self.config.ping_timeout:g} s after a call timed out")
+        finally:
+            self._probing = False
+
     # -- supervision ----------------------------------------------------------------------------
 
     async def run(self) -> None:
@@ -244,7 +300,7 @@ class Downstream:
                 await self._connect_once(errlog)
                 if time.monotonic() - began > BACKOFF_MAX:
                     delay = BACKOFF_INITIAL  # it had been up a while: this is a fresh failure
-                log.warning("server down", server=self.name, error=self.error, retry_in_s=delay)
+                log.warning("server down", server=self.label, error=self.error, retry_in_s=delay)
                 await anyio.sleep(delay)
                 delay = min(delay * 2, BACKOFF_MAX)
         finally:
@@ -284,7 +340,7 @@ class Downstream:
                 self.start_seconds = time.perf_counter() - began
                 self.connects += 1
                 ready.set()
-                log.info("server up", server=self.name, tools=len(self.tools), start_s=round(self.start_seconds, 3))
+                log.info("server up", server=self.label, tools=len(self.tools), start_s=round(self.start_seconds, 3))
                 await self._on_tools_changed()
                 await self._serve(client, lost)
         except Exception as exc:  # the supervisor is this server's error boundary
@@ -337,8 +393,7 @@ class Downstream:
         for _ in range(_LIST_PAGES_MAX):
             # `ClientSession.send_request` validates the page against the protocol surface as a
             # whole before any result type sees it; the dispatcher hands back the raw page.
-            dispatcher = client.session._dispatcher
-            raw_page = await dispatcher.send_raw_request("tools/list", {"cursor": cursor} if cursor else None, {})
+            raw_page = await send_raw_request(client, "tools/list", {"cursor": cursor} if cursor else None)
             page = _LenientToolsPage.model_validate(raw_page)
             for raw in page.tools:
                 try:
@@ -354,8 +409,22 @@ class Downstream:
         cfg = self.config
         if cfg.transport == "stdio":
             assert cfg.command is not None
-            params = StdioServerParameters(command=cfg.command, args=list(cfg.args), env=cfg.env or None, cwd=cfg.cwd)
-            return stdio_client(params, errlog=errlog) if errlog is not None else stdio_client(params)
+            started: list[ChildProcess] = []
+            transport = await stack.enter_async_context(
+                spawn_stdio(
+                    cfg.command,
+                    cfg.args,
+                    env=cfg.env,
+                    cwd=cfg.cwd,
+                    errlog=errlog,
+                    max_message_bytes=self._max_message_bytes,
+                    server=self.label,
+                    started=started,
+                )
+            )
+            self._child = started[0]
+            stack.callback(setattr, self, "_child", None)
+            return _already_open(transport)
         assert cfg.url is not None
         if cfg.transport == "sse":
             return sse_client(cfg.url, headers=cfg.headers or None)

@@ -333,8 +333,11 @@ class ToolExecutionEngine:
         deadline = ctx.timeout
         try:
             with anyio.fail_after(deadline):
-                return await self._call(ctx.route.server, ctx.route.remote_name, ctx.arguments, progress=ctx.progress)
+                return await self._call(
+                    ctx.route.server, ctx.route.remote_name, ctx.arguments, progress=ctx.progress, caller=ctx.session_id
+                )
         except TimeoutError:
+            self._tools.call_timed_out(ctx.route.server, ctx.session_id)
             raise CallTimeout(
                 f"Tool '{ctx.tool}' did not answer within {deadline:g} s; the call was cancelled on "
                 f"server '{ctx.route.server}'."

@@ -16,9 +16,11 @@ import uvicorn
 from mcp.server.stdio import stdio_server
 
 from toolscore._audit import AuditSink, JsonlAuditSink, NullAuditSink
+from toolscore._callers import Callers
 from toolscore._engine import PostExecutionHook, PreExecutionHook, ToolExecutionEngine
+from toolscore._http_auth import HttpExposure, HttpGuard, resolve_exposure
 from toolscore._hub import DownstreamHub, open_hub
-from toolscore._plan_tool import Orchestrator
+from toolscore._plan_tool import ORCHESTRATE, Orchestrator
 from toolscore._policy import RedactingAuditSink, build_policy
 from toolscore._server import FrontServer, build_server
 from toolscore._stdio import pollable, stdio_transport
@@ -88,9 +90,19 @@ async def open_gateway(
                 post_hooks=(*post_hooks, *policy.post),
             )
             orchestrator = Orchestrator(
-                tools=hub, engine=engine, config=config, audit=sink, policy=policy.plan_problems
+                tools=hub,
+                engine=engine,
+                config=config,
+                audit=sink,
+                policy=policy.plan_problems,
+                refusal=policy.gateway_tool_refusal(ORCHESTRATE),
             )
-            yield Gateway(config, hub, engine, build_server(hub, engine, orchestrator), orchestrator)
+            callers = Callers()
+            callers.on_gone(orchestrator.episodes.forget)
+            callers.on_gone(hub.caller_gone)
+            hub.add_reap_hook(callers.drain)
+            server = build_server(hub, engine, orchestrator, callers)
+            yield Gateway(config, hub, engine, server, orchestrator)
     finally:
         sink.close()
 
@@ -116,7 +128,8 @@ async def serve_stdio(gateway: Gateway) -> None:
     """Serve one client on stdin/stdout until stdin closes or SIGTERM/SIGINT arrives."""
     server = gateway.server
     # stdin redirected from a regular file cannot be polled: the SDK's threaded transport then.
-    transport = stdio_transport() if pollable(0) else stdio_server()
+    limit = gateway.config.settings.max_request_bytes
+    transport = stdio_transport(max_request_bytes=limit) if pollable(0) else stdio_server()
     with anyio.CancelScope() as scope:
         async with _stop_on_signals(scope.cancel), transport as (read, write):
             await server.run(read, write, server.create_initialization_options())
@@ -134,19 +147,44 @@ class _UvicornServer(uvicorn.Server):
         yield
 
 
-async def serve_http(gateway: Gateway, *, host: str, port: int) -> None:
-    """Serve streamable HTTP on `http://host:port/mcp` until SIGTERM/SIGINT."""
-    app = gateway.server.streamable_http_app(host=host)
-    server = _UvicornServer(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on"))
+async def serve_http(gateway: Gateway, *, host: str, port: int, exposure: HttpExposure | None = None) -> None:
+    """Serve streamable HTTP on `http(s)://host:port/mcp` until SIGTERM/SIGINT.
+
+    Args:
+        gateway: The started gateway.
+        host: The bind address.
+        port: The port.
+        exposure: The checked token, allow-lists, TLS and body cap (default: from `toolscore.http`
+            and `$TOOLSCORE_TOKEN`, which raises ConfigError for a non-loopback bind without a token).
+    """
+    if exposure is None:
+        exposure = resolve_exposure(gateway.config.settings.http, host=host, port=port)
+    app = gateway.server.streamable_http_app(
+        host=host, transport_security=exposure.security, max_request_body_size=gateway.config.settings.max_request_bytes
+    )
+    guarded = HttpGuard(app, security=exposure.security, token=exposure.token)
+    config = uvicorn.Config(
+        guarded,
+        host=host,
+        port=port,
+        log_level="warning",
+        lifespan="on",
+        ssl_certfile=exposure.tls_cert,
+        ssl_keyfile=exposure.tls_key,
+    )
+    server = _UvicornServer(config)
 
     def stop() -> None:
         server.should_exit = True
 
     routes = gateway.hub.registry.routes
     # Said on stderr whatever the log level: a person started this in a terminal.
+    if warning := exposure.warning(host):
+        sys.stderr.write(f"toolscore: warning: {warning}\n")
+    where = f"[{host}]" if ":" in host else host
     sys.stderr.write(
         f"toolscore: serving {len(routes)} tools from {len(gateway.hub.registry.servers)} server(s) "
-        f"on http://{host}:{port}/mcp (Ctrl-C stops)\n"
+        f"on {exposure.scheme}://{where}:{port}/mcp (Ctrl-C stops)\n"
     )
     async with _stop_on_signals(stop):
         await server.serve()

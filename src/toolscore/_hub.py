@@ -1,18 +1,28 @@
-"""The hub: every configured downstream, started concurrently, behind one tool registry."""
+"""The hub: every configured downstream, started concurrently, behind one tool registry.
+
+A server with `isolation: "session"` has one instance per front client: the instance started at
+boot only lists the tools, and each client's first call starts that client's own instance (its
+own process, its own state). At most `max_sessions` such instances run per server; past that,
+the least recently used one with no call in flight is stopped, and one unused for
+`session_idle_seconds` stops by itself. A client that disconnects loses its instances.
+"""
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import anyio
 import mcp_types
 import structlog
+from anyio.abc import TaskGroup
 
 from toolscore._downstream import Downstream, ServerStatus
 from toolscore._registry import Registry, build_registry
-from toolscore.config import Config
+from toolscore.config import Config, ServerConfig
 from toolscore.errors import DownstreamUnavailable
 from toolscore.types import Arguments, ProgressFn
 
@@ -21,6 +31,21 @@ __all__ = ["DownstreamHub", "open_hub"]
 log = structlog.get_logger("toolscore.hub")
 
 ToolsChangedListener = Callable[[], Awaitable[None]]
+_REAP_INTERVAL = 5.0
+
+
+async def _nothing() -> None:
+    """Tool-list changes of a per-client instance: the shared instance already reports them."""
+
+
+@dataclass(eq=False)
+class _Instance:
+    """One client's own instance of an isolated server."""
+
+    downstream: Downstream
+    scope: anyio.CancelScope
+    used: float = field(default_factory=time.monotonic)
+    calls: int = 0
 
 
 class DownstreamHub:
@@ -29,18 +54,29 @@ class DownstreamHub:
     def __init__(self, config: Config, *, log_dir: Path | None) -> None:
         self.config = config
         self.registry: Registry = Registry()
+        self._log_dir = log_dir
         self._listeners: list[ToolsChangedListener] = []
         self._closing = False
         self._problems: set[str] = set()
+        self._task_group: TaskGroup | None = None
+        self._instances: dict[tuple[str, str], _Instance] = {}
+        self._gone: set[str] = set()
+        self._reap_hooks: list[Callable[[], None]] = []
         self.downstreams: dict[str, Downstream] = {
-            s.name: Downstream(
-                s,
-                connect_timeout=config.server_connect_timeout(s.name),
-                log_dir=log_dir,
-                on_tools_changed=self._rebuild,
-            )
-            for s in config.enabled_servers
+            s.name: self._downstream(s, on_tools_changed=self._rebuild) for s in config.enabled_servers
         }
+
+    def _downstream(
+        self, server: ServerConfig, *, on_tools_changed: ToolsChangedListener, label: str | None = None
+    ) -> Downstream:
+        return Downstream(
+            server,
+            connect_timeout=self.config.server_connect_timeout(server.name),
+            log_dir=self._log_dir,
+            on_tools_changed=on_tools_changed,
+            max_message_bytes=self.config.settings.max_result_bytes,
+            label=label,
+        )
 
     def add_listener(self, listener: ToolsChangedListener) -> None:
         """Call `listener` whenever the set of exposed tools changes."""
@@ -55,14 +91,100 @@ class DownstreamHub:
         downstream = self.downstreams.get(server)
         return "not configured" if downstream is None else downstream.unavailable_reason()
 
+    def add_reap_hook(self, hook: Callable[[], None]) -> None:
+        """Run `hook` on the event loop every few seconds, before instances are reaped."""
+        self._reap_hooks.append(hook)
+
+    def caller_gone(self, caller: str) -> None:
+        """A front client disconnected: its own instances stop at the next reaping (thread-safe)."""
+        self._gone.add(caller)
+
     async def call(
-        self, server: str, tool: str, arguments: Arguments, *, progress: ProgressFn | None
+        self,
+        server: str,
+        tool: str,
+        arguments: Arguments,
+        *,
+        progress: ProgressFn | None,
+        caller: str | None = None,
     ) -> mcp_types.CallToolResult:
-        """Call `tool` on `server` (the downstream's own tool name)."""
+        """Call `tool` on `server` (the downstream's own tool name), on `caller`'s instance if isolated."""
         downstream = self.downstreams.get(server)
         if downstream is None:
             raise DownstreamUnavailable(f"Server '{server}' is not configured.", server=server)
-        return await downstream.call(tool, arguments, progress=progress)
+        if downstream.config.isolation != "session":
+            return await downstream.call(tool, arguments, progress=progress)
+        instance = await self._instance(downstream.config, caller or "anonymous")
+        instance.calls += 1
+        try:
+            return await instance.downstream.call(tool, arguments, progress=progress)
+        finally:
+            instance.calls -= 1
+            instance.used = time.monotonic()
+
+    def call_timed_out(self, server: str, caller: str | None = None) -> None:
+        """A call to `server` ran past its deadline: check, in the background, that it is not wedged."""
+        downstream = self.downstreams.get(server)
+        if downstream is None or self._task_group is None:
+            return
+        if downstream.config.isolation == "session":
+            instance = self._instances.get((server, caller or "anonymous"))
+            if instance is None:
+                return
+            downstream = instance.downstream
+        self._task_group.start_soon(downstream.check_after_timeout)
+
+    async def _instance(self, config: ServerConfig, caller: str) -> _Instance:
+        key = (config.name, caller)
+        instance = self._instances.get(key)
+        if instance is None:
+            self._make_room(config)
+            assert self._task_group is not None, "the hub is not running"
+            downstream = self._downstream(config, on_tools_changed=_nothing, label=f"{config.name}[{caller}]")
+            instance = _Instance(downstream, anyio.CancelScope())
+            self._instances[key] = instance
+            self._task_group.start_soon(self._run_instance, instance, name=f"downstream:{config.name}:{caller}")
+        instance.used = time.monotonic()
+        if instance.downstream.unavailable_reason() == "still starting":
+            await instance.downstream.first_attempt.wait()
+        return instance
+
+    def _make_room(self, config: ServerConfig) -> None:
+        mine = [(k, i) for k, i in self._instances.items() if k[0] == config.name]
+        if len(mine) < config.max_sessions:
+            return
+        idle = [(i.used, k) for k, i in mine if i.calls == 0]
+        if not idle:
+            raise DownstreamUnavailable(
+                f"Server '{config.name}' already runs {config.max_sessions} per-client instances, all busy; "
+                "try again shortly.",
+                server=config.name,
+            )
+        self._stop(min(idle)[1], "evicted to make room")
+
+    async def _run_instance(self, instance: _Instance) -> None:
+        with instance.scope:
+            await instance.downstream.run()
+
+    def _stop(self, key: tuple[str, str], why: str) -> None:
+        instance = self._instances.pop(key, None)
+        if instance is not None:
+            log.info("per-client instance stopped", server=key[0], caller=key[1], why=why)
+            instance.scope.cancel()
+
+    async def _reap(self) -> None:
+        """Stop instances of clients that left or that sat unused too long."""
+        while True:
+            await anyio.sleep(_REAP_INTERVAL)
+            for hook in self._reap_hooks:
+                hook()
+            gone, self._gone = self._gone, set()
+            now = time.monotonic()
+            for key, instance in list(self._instances.items()):
+                if key[1] in gone:
+                    self._stop(key, "client disconnected")
+                elif instance.calls == 0 and now - instance.used > instance.downstream.config.session_idle_seconds:
+                    self._stop(key, "idle")
 
     async def wait_started(self) -> None:
         """Wait until every server has connected or failed its first attempt."""
@@ -94,8 +216,10 @@ async def open_hub(config: Config, *, log_dir: Path | None = None) -> AsyncItera
     """
     hub = DownstreamHub(config, log_dir=log_dir)
     async with anyio.create_task_group() as tg:
+        hub._task_group = tg
         for downstream in hub.downstreams.values():
             tg.start_soon(downstream.run, name=f"downstream:{downstream.name}")
+        tg.start_soon(hub._reap, name="downstream:reaper")
         try:
             await hub.wait_started()
             yield hub

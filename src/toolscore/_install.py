@@ -91,6 +91,16 @@ def _apt(packages: Sequence[str], log: Log) -> None:
         _run(command, env=env)
 
 
+def _venv_base(venv: Path) -> Path | None:
+    """The folder of the Python a venv was made from (`home` in its pyvenv.cfg), or None."""
+    try:
+        lines = (venv / "pyvenv.cfg").read_text().splitlines()
+    except OSError:
+        return None
+    home = next((line.split("=", 1)[1].strip() for line in lines if line.split("=", 1)[0].strip() == "home"), None)
+    return Path(home) if home else None
+
+
 def _install_one(server: ServerConfig, hints: InstallHints, prefix: Path, log: Log) -> list[Path]:
     made: list[Path] = []
     prefix.mkdir(parents=True, exist_ok=True)  # `run` steps start in it
@@ -98,8 +108,10 @@ def _install_one(server: ServerConfig, hints: InstallHints, prefix: Path, log: L
         _apt(hints.apt, log)
     if hints.pip:
         venv = prefix / "venvs" / server.name
-        if not (venv / "bin" / "python").exists():
-            _run([sys.executable, "-m", "venv", str(venv)])
+        python = hints.python or sys.executable
+        if _venv_base(venv) != Path(python).parent:
+            # Missing, or made from another Python: (re)made from the one asked for.
+            _run([python, "-m", "venv", "--clear", str(venv)])
         log(f"  pip install {' '.join(hints.pip)}")
         _run(
             [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *hints.pip]

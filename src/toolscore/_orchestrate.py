@@ -142,13 +142,20 @@ class PlanRunner:
         limiters: Callable[[str], anyio.CapacityLimiter],
         progress: ProgressFn | None,
         total: int,
+        caller: str | None = None,
+        max_argument_bytes: int | None = None,
     ) -> None:
+        """Args:
+        max_argument_bytes: The most a step's arguments may grow to once references are resolved.
+        """
+        self._max_argument_bytes = max_argument_bytes
         self._engine = engine
         self._episode = episode
         self._plan_id = plan_id
         self._limiters = limiters
         self._progress = progress
         self._total = total
+        self._caller = caller
         self._done = 0
         self.blocks: list[BlockOutcome] = []
 
@@ -273,7 +280,7 @@ class PlanRunner:
                     record.error = f"skipped: {ref.raw} did not succeed ({source['status']})"
                     return
         try:
-            arguments = resolve(call.arguments, self._episode.lookup)
+            arguments = resolve(call.arguments, self._episode.lookup, max_bytes=self._max_argument_bytes)
         except RefError as exc:
             record.status, record.error = "ref_error", str(exc)
             return
@@ -283,7 +290,11 @@ class PlanRunner:
             record.attempts = attempt
             async with self._limiters(call.route.server):
                 run = await self._engine.execute(
-                    call.route.public_name, arguments, plan_id=self._plan_id, timeout=call.node.timeout
+                    call.route.public_name,
+                    arguments,
+                    plan_id=self._plan_id,
+                    timeout=call.node.timeout,
+                    session_id=self._caller,
                 )
             result = run.result
             assert result is not None

@@ -9,6 +9,12 @@ Visibility rule (v1): a call may reference any step of an earlier turn of its ep
 node of this turn that completes before it starts, i.e. an earlier item of an enclosing
 `<sequential>` (the turn itself is one). Siblings in `<parallel>`, `<race>` and `<fallback>`
 run concurrently or as alternatives, so they may not reference each other.
+
+To check that in O(depth) per reference, every call and id records its path from the root: the
+(block kind, child index) of each block it sits in. At the first place where the paths of a call
+and of its target part, they are children of the same block: the target is visible iff that block
+is sequential and the target comes first. A target whose path is a prefix of the call's (a block
+around the call, or the call itself) finishes later: a forward reference.
 """
 
 from __future__ import annotations
@@ -84,6 +90,18 @@ def _only_required_string(route: Route) -> str | None:
     return required[0] if len(required) == 1 else None
 
 
+_Path = tuple[tuple[str, int], ...]
+"""(block kind, child index) for each block from the root down to a node."""
+
+
+def _parting(a: _Path, b: _Path) -> int:
+    """Where two paths part: the depth of the block that holds both, in different children."""
+    for n, (x, y) in enumerate(zip(a, b, strict=False)):
+        if x != y:
+            return n
+    return min(len(a), len(b))
+
+
 class _Checker:
     def __init__(
         self,
@@ -102,7 +120,7 @@ class _Checker:
         self.earlier_ids = earlier_ids
         self.problems: list[PlanProblem] = []
         self.ids: dict[str, int | Block] = {}
-        self.order: dict[int | str, int] = {}  # this turn's targets -> document position
+        self.paths: dict[int | str, _Path] = {}  # this turn's targets -> where they are
         self.calls: list[CheckedCall] = []
         self.warnings: list[str] = []
 
@@ -113,34 +131,27 @@ class _Checker:
             where = {"tag": node.kind, "id": node.id, "line": node.line, **where}
         self.problems.append(PlanProblem(code, message, **where))
 
-    # -- pass 1: ids and positions --------------------------------------------------------------
+    # -- pass 1: ids and paths ------------------------------------------------------------------
 
-    def index(self, node: CallNode | Block, position: list[int]) -> None:
-        position[0] += 1
+    def index(self, node: CallNode | Block, path: _Path) -> None:
         if isinstance(node, CallNode):
-            self.order[node.step] = position[0]
+            self.paths[node.step] = path
         ident = node.id
         if ident is not None:
             if ident in self.ids or ident in self.earlier_ids:
                 self.problem("duplicate_id", f"id '{ident}' is used twice; ids are unique per episode", node)
             else:
                 self.ids[ident] = node.step if isinstance(node, CallNode) else node
-                self.order[ident] = position[0]
+                self.paths[ident] = path
         if isinstance(node, Block):
-            for child in node.children:
-                self.index(child, position)
-            # A block's value is there once its last child is done: it sorts after its children.
-            if ident is not None:
-                position[0] += 1
-                self.order[ident] = position[0]
+            for n, child in enumerate(node.children):
+                self.index(child, (*path, (node.kind, n)))
 
     # -- pass 2: routes, arguments, references ----------------------------------------------------
 
-    def node(self, node: CallNode | Block, visible: frozenset[int | str]) -> tuple[CheckedNode | None, set[int | str]]:
+    def node(self, node: CallNode | Block) -> CheckedNode | None:
         if isinstance(node, CallNode):
-            checked = self.call(node, visible)
-            done: set[int | str] = {node.step} | ({node.id} if node.id else set())
-            return checked, done
+            return self.call(node)
         if node.kind in ("race", "fallback"):
             if not node.children:
                 self.problem("empty_block", f"<{node.kind}> needs at least one alternative", node)
@@ -150,20 +161,8 @@ class _Checker:
                     f"<{node.kind}> has {len(node.children)} alternatives; the limit is {self.limits.max_alternatives}",
                     node,
                 )
-        children: list[CheckedNode] = []
-        done_all: set[int | str] = set()
-        sequential_visible = set(visible)
-        for child in node.children:
-            child_visible = frozenset(sequential_visible) if node.kind == "sequential" else visible
-            checked, done = self.node(child, child_visible)
-            if checked is not None:
-                children.append(checked)
-            done_all |= done
-            if node.kind == "sequential":
-                sequential_visible |= done
-        if node.id:
-            done_all.add(node.id)
-        return CheckedBlock(node, tuple(children)), done_all
+        children = [checked for child in node.children if (checked := self.node(child)) is not None]
+        return CheckedBlock(node, tuple(children))
 
     def route(self, node: CallNode) -> tuple[Route | None, Shorthand | None]:
         servers = ", ".join(self.registry.servers) or "none"
@@ -218,7 +217,7 @@ class _Checker:
         _set_path(arguments, primary, spec.value)
         return arguments
 
-    def call(self, node: CallNode, visible: frozenset[int | str]) -> CheckedCall | None:
+    def call(self, node: CallNode) -> CheckedCall | None:
         route, shorthand = self.route(node)
         if route is None:
             return None
@@ -234,7 +233,7 @@ class _Checker:
             self.problem("bad_reference", str(exc), node)
             return None
         for ref in refs:
-            self.reference(node, ref, visible)
+            self.reference(node, ref)
         errors = [e for e in route.validator.iter_errors(arguments) if not contains_ref(e.instance)]
         for err in sorted(errors, key=lambda e: list(map(str, e.absolute_path))):
             where = ".".join(map(str, err.absolute_path)) or "(top level)"
@@ -254,34 +253,38 @@ class _Checker:
         return checked
 
     def known(self, target: int | str) -> bool:
-        return target in self.order or target in self.earlier_steps or target in self.earlier_ids
+        return target in self.paths or target in self.earlier_steps or target in self.earlier_ids
 
-    def reference(self, node: CallNode, ref: Ref, visible: frozenset[int | str]) -> None:
+    def reference(self, node: CallNode, ref: Ref) -> None:
         target = ref.target
-        if target in visible or (isinstance(target, int) and target in self.earlier_steps):
+        if (isinstance(target, int) and target in self.earlier_steps) or (
+            isinstance(target, str) and target in self.earlier_ids
+        ):
             return
-        if isinstance(target, str) and target in self.earlier_ids:
+        where = self.paths.get(target)
+        if where is None:
+            self.problem(
+                "unknown_reference", f"step {node.step} uses {ref.raw}: no step or id '{target}'", node, ref=ref.raw
+            )
             return
-        if target in self.order:
-            if self.order[target] >= self.order[node.step]:
-                self.problem(
-                    "forward_reference",
-                    f"step {node.step} uses {ref.raw}, which runs later (or is this step); move it after its source",
-                    node,
-                    ref=ref.raw,
-                )
-            else:
-                self.problem(
-                    "sibling_reference",
-                    f"step {node.step} uses {ref.raw}, which runs beside it in a <parallel>, <race> or "
-                    "<fallback>; put the source before that block",
-                    node,
-                    ref=ref.raw,
-                )
-            return
-        self.problem(
-            "unknown_reference", f"step {node.step} uses {ref.raw}: no step or id '{target}'", node, ref=ref.raw
-        )
+        here = self.paths[node.step]
+        n = _parting(where, here)
+        # Past the end of the target's path: it holds this call (or is it), so it ends later.
+        if n == len(where) or where[n][1] > here[n][1]:
+            self.problem(
+                "forward_reference",
+                f"step {node.step} uses {ref.raw}, which runs later (or is this step); move it after its source",
+                node,
+                ref=ref.raw,
+            )
+        elif where[n][0] != "sequential":
+            self.problem(
+                "sibling_reference",
+                f"step {node.step} uses {ref.raw}, which runs beside it in a <parallel>, <race> or "
+                "<fallback>; put the source before that block",
+                node,
+                ref=ref.raw,
+            )
 
 
 def check_plan(
@@ -306,13 +309,13 @@ def check_plan(
     Raises:
         PlanCheckError: with every problem found.
     """
-    checker = _Checker(turn, registry, shorthands, limits, earlier_steps or {}, earlier_ids or {})
     if len(turn.calls) > limits.max_steps:
-        checker.problem("too_many_steps", f"the plan has {len(turn.calls)} steps; the limit is {limits.max_steps}")
-    position = [0]
-    for child in turn.root.children:
-        checker.index(child, position)
-    root, _ = checker.node(turn.root, frozenset())
+        # Alone and at once: checking thousands of steps would only bury this one problem.
+        message = f"the plan has {len(turn.calls)} steps; the limit is {limits.max_steps}"
+        raise PlanCheckError([PlanProblem("too_many_steps", message)])
+    checker = _Checker(turn, registry, shorthands, limits, earlier_steps or {}, earlier_ids or {})
+    checker.index(turn.root, ())
+    root = checker.node(turn.root)
     if checker.problems:
         raise PlanCheckError(checker.problems)
     assert isinstance(root, CheckedBlock)

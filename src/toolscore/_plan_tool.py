@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import secrets
 import time
 import uuid
 from collections import Counter, OrderedDict
@@ -71,6 +72,55 @@ def _referenced_steps(plan: CheckedPlan) -> frozenset[int]:
     return frozenset(steps)
 
 
+class EpisodeStore:
+    """Episodes per caller: a caller sees only its own, and evicts only its own.
+
+    Each caller keeps its `per_caller` most recently used episodes; past `max_callers` callers,
+    the least recently active caller's episodes go. Ids are random, so a leaked one is still
+    useless to another caller.
+    """
+
+    def __init__(self, *, per_caller: int, max_callers: int) -> None:
+        self._per_caller = per_caller
+        self._max_callers = max_callers
+        self._by_caller: OrderedDict[str, OrderedDict[str, Episode]] = OrderedDict()
+
+    def get(self, caller: str, ident: str) -> Episode | None:
+        """The caller's episode `ident`, marked as recently used; None if it has none by that id."""
+        episodes = self._by_caller.get(caller)
+        if episodes is None or ident not in episodes:
+            return None
+        self._by_caller.move_to_end(caller)
+        episodes.move_to_end(ident)
+        return episodes[ident]
+
+    def new(self, caller: str) -> Episode:
+        """A fresh episode of the caller's."""
+        episode = Episode(secrets.token_hex(8))
+        episodes = self._by_caller.setdefault(caller, OrderedDict())
+        self._by_caller.move_to_end(caller)
+        episodes[episode.id] = episode
+        while len(episodes) > self._per_caller:
+            episodes.popitem(last=False)
+        while len(self._by_caller) > self._max_callers:
+            self._by_caller.popitem(last=False)
+        return episode
+
+    def end(self, caller: str, ident: str) -> None:
+        """Forget one episode (it reached its answer)."""
+        self._by_caller.get(caller, {}).pop(ident, None)
+
+    def forget(self, caller: str) -> None:
+        """Forget every episode of a caller that has gone away."""
+        self._by_caller.pop(caller, None)
+
+
+_MAX_CALLERS = 256
+_ANONYMOUS = "principal:anonymous"
+_OFFLOAD_BYTES = 4096
+"""Plans larger than this are parsed and checked in a worker thread, off the event loop."""
+
+
 class Orchestrator:
     """Owns the episodes and per-server plan concurrency; one per gateway."""
 
@@ -82,15 +132,20 @@ class Orchestrator:
         config: Config,
         audit: AuditSink,
         policy: Callable[[CheckedPlan], list[PlanProblem]] | None = None,
+        refusal: str | None = None,
     ) -> None:
+        """Args:
+        refusal: Why policy forbids `orchestrate` itself, if it does: every call is refused.
+        """
         self._tools = tools
         self._policy = policy
         self._engine = engine
         self._config = config
         self._limits = config.settings.plan
         self._audit = audit
+        self.refusal = refusal
         self._shorthands = shorthand_table([(s.name, s.shorthands) for s in config.enabled_servers])
-        self._episodes: OrderedDict[str, Episode] = OrderedDict()
+        self.episodes = EpisodeStore(per_caller=self._limits.episodes, max_callers=_MAX_CALLERS)
         self._limiters: dict[str, anyio.CapacityLimiter] = {}
 
     def tool(self) -> mcp_types.Tool:
@@ -117,47 +172,46 @@ class Orchestrator:
             self._limiters[server] = anyio.CapacityLimiter(self._limits.server_concurrency)
         return self._limiters[server]
 
-    def _episode(self, ident: str | None) -> Episode:
-        if ident is not None and ident in self._episodes:
-            self._episodes.move_to_end(ident)
-            return self._episodes[ident]
-        episode = Episode(ident or uuid.uuid4().hex[:12])
-        self._episodes[episode.id] = episode
-        while len(self._episodes) > self._limits.episodes:
-            self._episodes.popitem(last=False)
-        return episode
-
     async def __call__(
-        self, arguments: dict[str, Any] | None, *, progress: ProgressFn | None = None, request_id: Any = None
+        self,
+        arguments: dict[str, Any] | None,
+        *,
+        progress: ProgressFn | None = None,
+        request_id: Any = None,
+        caller: str | None = None,
     ) -> mcp_types.CallToolResult:
-        """Answer one `orchestrate` call."""
+        """Answer one `orchestrate` call from `caller` (whose episodes it may use)."""
         args = arguments or {}
         plan, episode_id, dry_run = args.get("plan"), args.get("episode"), args.get("dry_run", False)
         if not isinstance(plan, str) or not isinstance(episode_id, str | None) or not isinstance(dry_run, bool):
             return error_result("orchestrate takes {'plan': string, 'episode'?: string, 'dry_run'?: boolean}.")
-        episode = self._episode(episode_id)
         began = time.perf_counter()
-        try:
-            turn = parse_turn(plan, first_step=episode.next_step, max_bytes=self._limits.max_bytes)
-            if turn.depth > self._limits.max_depth:
-                raise PlanSyntaxError(
-                    [PlanProblem("too_deep", f"blocks nest {turn.depth} deep; the limit is {self._limits.max_depth}")]
-                )
-            if not turn.calls:
-                return self._no_calls(turn, episode)
-            checked = check_plan(
-                turn,
-                self._tools.registry,
-                shorthands=self._shorthands,
-                limits=self._limits,
-                earlier_steps={n: r.id for n, r in episode.steps.items()},
-                earlier_ids=episode.ids,
+        if self.refusal is not None:
+            self._audit_plan(plan, request_id, None, began, {}, success=False, violation=f"tools: {self.refusal}")
+            return error_result(f"Call rejected by policy 'tools': {self.refusal}")
+        caller = caller or _ANONYMOUS
+        if episode_id is None:
+            episode = self.episodes.new(caller)
+        elif (found := self.episodes.get(caller, episode_id)) is not None:
+            episode = found
+        else:
+            return error_result(
+                f"Episode '{episode_id[:64]}' is unknown or has expired; leave out 'episode' to start a new one."
             )
-            if self._policy is not None and (problems := self._policy(checked)):
-                raise PlanCheckError(problems)
+        # A snapshot: the episode may change while a worker thread checks against it.
+        earlier = ({n: r.id for n, r in episode.steps.items()}, dict(episode.ids), episode.next_step)
+        try:
+            if len(plan) > _OFFLOAD_BYTES:
+                # Parsing and checking are linear, but a large plan still takes milliseconds:
+                # a worker thread keeps every other client's calls moving meanwhile.
+                turn, checked = await anyio.to_thread.run_sync(self._prepare, plan, *earlier)
+            else:
+                turn, checked = self._prepare(plan, *earlier)
         except (PlanSyntaxError, PlanCheckError) as exc:
             self._audit_plan(plan, request_id, None, began, {"plan_error": len(exc.problems)}, success=False)
             return _text(render_plan_errors(exc.problems), is_error=True)
+        if checked is None:
+            return self._no_calls(turn, episode, caller)
         if dry_run:
             return self._describe(checked, turn, episode)
 
@@ -170,6 +224,9 @@ class Orchestrator:
             limiters=self._limiter,
             progress=progress,
             total=len(checked.calls),
+            caller=caller,
+            # A step's resolved arguments may be no larger than what a client may send directly.
+            max_argument_bytes=self._config.settings.max_request_bytes,
         )
         finished = await runner.run(checked, self._limits.budget_seconds)
         records = [episode.steps[c.step] for c in checked.calls]
@@ -188,9 +245,38 @@ class Orchestrator:
         structured = {"episode": episode.id, "plan_id": plan_id, "completed": finished, "steps": steps}
         return _text(text, structured=structured)
 
-    def _no_calls(self, turn: ParsedTurn, episode: Episode) -> mcp_types.CallToolResult:
+    def _prepare(
+        self, plan: str, earlier_steps: dict[int, str | None], earlier_ids: dict[str, int | None], first_step: int
+    ) -> tuple[ParsedTurn, CheckedPlan | None]:
+        """Parse and check a plan (pure: safe in a worker thread); no checked plan if it has no calls.
+
+        Raises:
+            PlanSyntaxError, PlanCheckError: every problem found.
+        """
+        turn = parse_turn(
+            plan, first_step=first_step, max_bytes=self._limits.max_bytes, max_steps=self._limits.max_steps
+        )
+        if turn.depth > self._limits.max_depth:
+            raise PlanSyntaxError(
+                [PlanProblem("too_deep", f"blocks nest {turn.depth} deep; the limit is {self._limits.max_depth}")]
+            )
+        if not turn.calls:
+            return turn, None
+        checked = check_plan(
+            turn,
+            self._tools.registry,
+            shorthands=self._shorthands,
+            limits=self._limits,
+            earlier_steps=earlier_steps,
+            earlier_ids=earlier_ids,
+        )
+        if self._policy is not None and (problems := self._policy(checked)):
+            raise PlanCheckError(problems)
+        return turn, checked
+
+    def _no_calls(self, turn: ParsedTurn, episode: Episode, caller: str) -> mcp_types.CallToolResult:
         if turn.answer is not None:
-            self._episodes.pop(episode.id, None)
+            self.episodes.end(caller, episode.id)
             return _text(
                 f'<episode id="{episode.id}" ended="true" />\nAnswer received.',
                 structured={"episode": episode.id, "answer": turn.answer},
@@ -231,7 +317,15 @@ class Orchestrator:
         return _text("\n".join(lines), structured={"episode": episode.id, "plan": tree})
 
     def _audit_plan(
-        self, plan: str, request_id: Any, plan_id: str | None, began: float, outcome: dict[str, int], *, success: bool
+        self,
+        plan: str,
+        request_id: Any,
+        plan_id: str | None,
+        began: float,
+        outcome: dict[str, int],
+        *,
+        success: bool,
+        violation: str | None = None,
     ) -> None:
         self._audit.write(
             AuditRecord(
@@ -243,8 +337,17 @@ class Orchestrator:
                 phase="plan",
                 duration_ms=round((time.perf_counter() - began) * 1000, 3),
                 success=success,
-                error_kind=None if success else ("plan_error" if "plan_error" in outcome else "step_failed"),
-                plan_hash=hashlib.sha256(plan.encode()).hexdigest()[:16],
+                error_kind=(
+                    None
+                    if success
+                    else "rejected"
+                    if violation
+                    else "plan_error"
+                    if "plan_error" in outcome
+                    else "step_failed"
+                ),
+                violations=(violation,) if violation else (),
+                plan_hash=hashlib.sha256(plan.encode("utf-8", "surrogatepass")).hexdigest()[:16],
                 steps=sum(v for k, v in outcome.items() if k != "plan_error"),
                 outcome=outcome,
             )

@@ -24,7 +24,8 @@ import fnmatch
 import json
 import os
 import re
-from collections.abc import Iterator
+import unicodedata
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,12 +34,21 @@ import mcp_types
 
 from toolscore._audit import AuditRecord, AuditSink
 from toolscore._engine import CallNext, ExecutionContext, PostExecutionHook, PreExecutionHook, WrapHook
+from toolscore._paths import Confinement, names_path
 from toolscore._plan import PlanProblem
 from toolscore._plan_check import CheckedPlan
 from toolscore._redact import Redactor
 from toolscore._refs import contains_ref
 from toolscore._registry import Route
-from toolscore.config import ArgumentRules, Config, ConstraintsConfig, ResultRules, ToolRules
+from toolscore.config import (
+    ArgumentRules,
+    Config,
+    ConstraintsConfig,
+    PathRules,
+    ResultRules,
+    ServerConstraints,
+    ToolRules,
+)
 from toolscore.errors import Rejected
 from toolscore.plugins import load_plugins
 
@@ -57,67 +67,78 @@ class _Rules:
     arguments: ArgumentRules
     results: ResultRules
     deny_patterns: tuple[re.Pattern[str], ...]
+    paths: PathRules | None
     roots: tuple[str, ...]
 
 
-def _rules(constraints: ConstraintsConfig, override: Any) -> _Rules:
-    arguments = override.arguments or constraints.arguments
+def _rules(constraints: ConstraintsConfig, override: ServerConstraints | None) -> _Rules:
+    own = override or ServerConstraints()
+    arguments = own.arguments or constraints.arguments
     paths = arguments.paths
     return _Rules(
         tools_global=constraints.tools,
-        tools_server=override.tools,
-        destructive=override.destructive or constraints.destructive,
+        tools_server=own.tools,
+        destructive=own.destructive or constraints.destructive,
         arguments=arguments,
-        results=override.results or constraints.results,
+        results=own.results or constraints.results,
         deny_patterns=tuple(re.compile(p) for p in arguments.deny_patterns),
+        paths=paths,
         roots=tuple(os.path.realpath(r) for r in paths.roots) if paths else (),
     )
 
 
-def _allowed(name: str, rules: ToolRules) -> bool:
-    if any(fnmatch.fnmatchcase(name, p) for p in rules.deny):
+def _fold(name: str) -> str:
+    """A name as deny rules compare it: compatibility-normalised and case-folded."""
+    return unicodedata.normalize("NFKC", name).casefold()
+
+
+def _allowed(names: tuple[str, ...], rules: ToolRules) -> bool:
+    """Deny wins when any name matches (case-insensitively); allow needs one exact match."""
+    folded = [_fold(n) for n in names]
+    if any(fnmatch.fnmatchcase(name, _fold(p)) for p in rules.deny for name in folded):
         return False
-    return rules.allow is None or any(fnmatch.fnmatchcase(name, p) for p in rules.allow)
+    return rules.allow is None or any(fnmatch.fnmatchcase(name, p) for p in rules.allow for name in names)
+
+
+def _tool_allowed(route: Route, rules: _Rules) -> bool:
+    """Global rules see the exposed and the canonical name; per-server ones the downstream and renamed name."""
+    if not _allowed((route.public_name, route.canonical), rules.tools_global):
+        return False
+    return rules.tools_server is None or _allowed((route.remote_name, route.local_name), rules.tools_server)
 
 
 def _strings(value: Any) -> Iterator[str]:
+    """Every string of a JSON value, object keys included."""
     if isinstance(value, str):
         yield value
     elif isinstance(value, list):
         for item in value:
             yield from _strings(item)
     elif isinstance(value, dict):
-        for item in value.values():
+        for key, item in value.items():
+            yield key
             yield from _strings(item)
 
 
-def _named(value: Any, names: tuple[str, ...]) -> Iterator[tuple[str, Any]]:
-    """(name, value) of every argument called one of `names`, at any depth."""
-    if isinstance(value, dict):
-        for key, item in value.items():
-            if key in names:
-                yield key, item
-            yield from _named(item, names)
-    elif isinstance(value, list):
-        for item in value:
-            yield from _named(item, names)
+def _path_key_test(route: Route, paths: PathRules) -> Callable[[str], bool]:
+    extra = list(paths.arguments)
+    for pattern, names in paths.tools.items():
+        if fnmatch.fnmatchcase(route.public_name, pattern) or fnmatch.fnmatchcase(route.canonical, pattern):
+            extra.extend(names)
+    schema_keys = route.path_keys
+    return lambda key: key in schema_keys or names_path(key, extra)
 
 
-def _within(path: str, roots: tuple[str, ...]) -> bool:
-    real = os.path.realpath(path)  # follows symlinks and '..' as far as the path exists
-    return any(real == root or real.startswith(root.rstrip(os.sep) + os.sep) for root in roots)
-
-
-def _static_violations(route: Route, arguments: dict[str, Any], rules: _Rules, *, plan: bool) -> list[tuple[str, str]]:
-    """(rule, reason) for every static rule a call breaks.
+def _static_violations(
+    route: Route, arguments: dict[str, Any], rules: _Rules, *, plan: bool
+) -> tuple[list[tuple[str, str]], dict[str, Any]]:
+    """(rule, reason) for every static rule a call breaks, and the arguments with paths pinned.
 
     With `plan=True` (checking a plan before it runs) strings holding references are skipped and
     so is the size limit: those are checked on each step when it runs, with values resolved.
     """
     found: list[tuple[str, str]] = []
-    if not _allowed(route.public_name, rules.tools_global) or (
-        rules.tools_server is not None and not _allowed(route.remote_name, rules.tools_server)
-    ):
+    if not _tool_allowed(route, rules):
         found.append(("tools", f"tool '{route.public_name}' is not allowed by the gateway's policy"))
     hints = route.tool.annotations
     if hints is not None and hints.destructive_hint and rules.destructive != "allow":
@@ -130,24 +151,19 @@ def _static_violations(route: Route, arguments: dict[str, Any], rules: _Rules, *
         size = len(json.dumps(arguments, separators=(",", ":"), ensure_ascii=False).encode())
         if size > limits.max_bytes:
             found.append(("arguments", f"the arguments are {size} bytes; the limit is {limits.max_bytes}"))
-    for text in _strings(arguments):
-        if plan and contains_ref(text):
-            continue
-        for pattern in rules.deny_patterns:
-            if pattern.search(text):
-                found.append(("arguments", f"an argument matches the denied pattern {pattern.pattern!r}"))
-                break
-    if limits.paths is not None:
-        for name, value in _named(arguments, limits.paths.arguments):
-            if not isinstance(value, str) or (plan and contains_ref(value)):
+    if rules.deny_patterns:
+        for text in _strings(arguments):
+            if plan and contains_ref(text):
                 continue
-            if not os.path.isabs(value):
-                found.append(("paths", f"argument '{name}' must be an absolute path under {', '.join(rules.roots)}"))
-            elif not _within(value, rules.roots):
-                found.append(
-                    ("paths", f"argument '{name}' ({value}) is outside the allowed roots: {', '.join(rules.roots)}")
-                )
-    return found
+            for pattern in rules.deny_patterns:
+                if pattern.search(text):
+                    found.append(("arguments", f"an argument matches the denied pattern {pattern.pattern!r}"))
+                    break
+    if rules.paths is not None:
+        confinement = Confinement(rules.roots, skip=contains_ref if plan else None)
+        arguments, violations = confinement.apply(arguments, _path_key_test(route, rules.paths))
+        found.extend(("paths", f"argument '{v.where}' {v.reason}") for v in violations)
+    return found, arguments
 
 
 class _StaticRules:
@@ -162,8 +178,10 @@ class _StaticRules:
         route = ctx.route
         assert route is not None
         rules = self._rules.get(route.server, self._rules[None])
-        for rule, reason in _static_violations(route, ctx.arguments, rules, plan=False):
+        violations, pinned = _static_violations(route, ctx.arguments, rules, plan=False)
+        for rule, reason in violations:
             raise Rejected(reason, hook=rule)
+        ctx.arguments = pinned  # paths go on as the real paths that were checked
         hints = route.tool.annotations
         if hints is not None and hints.destructive_hint and rules.destructive == "confirm":
             question = (
@@ -382,6 +400,12 @@ class Policy:
     rules: dict[str | None, _Rules]
     redactor: Redactor | None
 
+    def gateway_tool_refusal(self, name: str) -> str | None:
+        """Why the gateway's own tool `name` (e.g. `orchestrate`) may not be used, or None."""
+        if self.rules and not _allowed((name,), self.rules[None].tools_global):
+            return f"tool '{name}' is not allowed by the gateway's policy"
+        return None
+
     def plan_problems(self, plan: CheckedPlan) -> list[PlanProblem]:
         """Every static rule a plan's steps break, before any of them runs."""
         problems: list[PlanProblem] = []
@@ -389,7 +413,7 @@ class Policy:
             return problems
         for call in plan.calls:
             rules = self.rules.get(call.route.server, self.rules[None])
-            for rule, reason in _static_violations(call.route, call.arguments, rules, plan=True):
+            for rule, reason in _static_violations(call.route, call.arguments, rules, plan=True)[0]:
                 node = call.node
                 problems.append(PlanProblem("policy", f"{rule}: {reason}", step=node.step, tag=node.tag, id=node.id))
         return problems
@@ -400,7 +424,7 @@ def build_policy(config: Config) -> Policy:
     constraints = config.constraints
     if not constraints.enabled:
         return Policy((), (), (), {}, None)
-    rules: dict[str | None, _Rules] = {None: _rules(constraints, _NoOverride)}
+    rules: dict[str | None, _Rules] = {None: _rules(constraints, None)}
     for server in config.enabled_servers:
         rules[server.name] = _rules(constraints, server.constraints)
     pre: list[PreExecutionHook] = [_StaticRules(rules)]
@@ -420,11 +444,3 @@ def build_policy(config: Config) -> Policy:
     post: list[PostExecutionHook] = [*plugin_post, _ResultRules(rules)]
     redactor = Redactor(constraints.results.redact_patterns) if constraints.results.redact else None
     return Policy(tuple(pre), tuple(wrap), tuple(post), rules, redactor)
-
-
-class _NoOverride:
-    tools = None
-    destructive = None
-    arguments = None
-    results = None
-    concurrency = None

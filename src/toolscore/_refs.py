@@ -11,6 +11,10 @@ parsing, so nothing needs escaping: a string that is exactly one reference becom
 value with its type; a reference inside longer text is interpolated (strings raw, anything else
 as compact JSON). A step's value is the record `{status, text, json, error, ms, attempts, server,
 tool}`; a path starts at `json` unless its first key names one of those fields.
+
+Every string may be hostile: matching is linear (possessive quantifiers only), step numbers and
+indices have at most 15 digits and a path at most 64 segments, and `resolve` can bound what it
+builds (`max_bytes`), since one reference repeated can copy a large value many times.
 """
 
 from __future__ import annotations
@@ -35,12 +39,18 @@ __all__ = [
 ]
 
 VALUE_FIELDS = frozenset({"status", "text", "json", "error", "ms", "attempts", "server", "tool"})
-_IDENT = r"[A-Za-z_][A-Za-z0-9_]{0,63}"
-_PATH = r"(?:\.[A-Za-z_][A-Za-z0-9_\-]*|\[-?\d+\]|\[\*\]|\['[^']*'\])*"
-_BARE = re.compile(rf"\$result_of_step_(\d+)({_PATH})(\??)")
-_BRACED = re.compile(r"\$\{([^{}]*)\}")
-_TARGET = re.compile(rf"^(?:result_of_step_(\d+)|step(\d+)|(\d+)|({_IDENT}))({_PATH})(\??)$")
-_SEGMENT = re.compile(r"\.([A-Za-z_][A-Za-z0-9_\-]*)|\[(-?\d+)\]|\[(\*)\]|\['([^']*)'\]")
+_MAX_DIGITS = 15
+"""Step numbers and indices: longer than any real one, far shorter than what makes int() slow."""
+_MAX_SEGMENTS = 64
+_IDENT = r"[A-Za-z_][A-Za-z0-9_]{0,63}+"
+_PATH = r"(?:\.[A-Za-z_][A-Za-z0-9_\-]*+|\[-?\d++\]|\[\*\]|\['[^']*+'\])*+"
+_BARE = re.compile(rf"\$result_of_step_(\d++)({_PATH})(\??)")
+_BRACED = re.compile(r"\$\{([^{}]*+)\}")
+_TARGET = re.compile(rf"^(?:result_of_step_(\d++)|step(\d++)|(\d++)|({_IDENT}))({_PATH})(\??)$")
+_SEGMENT = re.compile(r"\.([A-Za-z_][A-Za-z0-9_\-]*+)|\[(-?\d++)\]|\[(\*)\]|\['([^']*+)'\]")
+# The inside of `{{...}}` up to the next brace, possessively: a `{{` never closed costs one scan to
+# the next brace, not a backtracking search over the whitespace around it.
+_MUSTACHE = re.compile(r"\{\{([^{}]*+)\}\}")
 
 
 class _Star:
@@ -72,13 +82,27 @@ class Ref:
     optional: bool = False
 
 
-def _parse_path(text: str) -> tuple[PathSegment, ...]:
+def _show(raw: str) -> str:
+    """A reference as quoted in a message: model input, so not all of it."""
+    return raw if len(raw) <= 80 else raw[:77] + "..."
+
+
+def _number(digits: str, raw: str) -> int:
+    if len(digits.lstrip("-")) > _MAX_DIGITS:
+        raise RefSyntaxError(f"{_show(raw)}: a number of more than {_MAX_DIGITS} digits")
+    return int(digits)
+
+
+def _parse_path(text: str, raw: str) -> tuple[PathSegment, ...]:
     segments: list[PathSegment] = []
-    for key, index, star, quoted in _SEGMENT.findall(text):
+    for match in _SEGMENT.finditer(text):
+        if len(segments) == _MAX_SEGMENTS:
+            raise RefSyntaxError(f"{_show(raw)}: a path of more than {_MAX_SEGMENTS} segments")
+        key, index, star, quoted = match.groups()
         if key:
             segments.append(key)
         elif index:
-            segments.append(int(index))
+            segments.append(_number(index, raw))
         elif star:
             segments.append(STAR)
         else:
@@ -86,17 +110,32 @@ def _parse_path(text: str) -> tuple[PathSegment, ...]:
     return tuple(segments)
 
 
+def _target(match: re.Match[str], raw: str) -> int | str:
+    """The step number or id of a `_TARGET` match."""
+    number = match.group(1) or match.group(2) or match.group(3)
+    return _number(number, raw) if number else match.group(4)
+
+
 def _braced(inner: str, raw: str) -> Ref:
     body = inner.strip()
     if "|" in body:
-        raise RefSyntaxError(f"{raw}: filters ('|...') are not available yet (plan language v2)")
+        raise RefSyntaxError(f"{_show(raw)}: filters ('|...') are not available yet (plan language v2)")
     match = _TARGET.match(body)
     if match is None:
-        raise RefSyntaxError(f"{raw}: not a reference; write ${{N}}, ${{id}} or ${{id.path[0]}}")
-    n1, n2, n3, ident, path, optional = match.groups()
-    number = n1 or n2 or n3
-    target: int | str = int(number) if number else ident
-    return Ref(raw, target, _parse_path(path), bool(optional))
+        raise RefSyntaxError(f"{_show(raw)}: not a reference; write ${{N}}, ${{id}} or ${{id.path[0]}}")
+    return Ref(raw, _target(match, raw), _parse_path(match.group(5), raw), bool(match.group(6)))
+
+
+def _ref_at(text: str, i: int) -> tuple[Ref | None, int]:
+    """The reference starting at the `$` at `i` (None if none does) and where it ends."""
+    if (bare := _BARE.match(text, i)) is not None:
+        raw = bare.group(0)
+        return Ref(raw, _number(bare.group(1), raw), _parse_path(bare.group(2), raw), bool(bare.group(3))), bare.end()
+    if (braced := _BRACED.match(text, i)) is not None:
+        return _braced(braced.group(1), braced.group(0)), braced.end()
+    if text.startswith("${", i):
+        raise RefSyntaxError(f"unclosed '${{' in {text[i : i + 40]!r}")
+    return None, i + 1
 
 
 def parse_template(text: str) -> tuple[str | Ref, ...]:
@@ -108,40 +147,23 @@ def parse_template(text: str) -> tuple[str | Ref, ...]:
     parts: list[str | Ref] = []
     literal: list[str] = []
     i = 0
-    while i < len(text):
-        if text.startswith("$$", i):
+    while (dollar := text.find("$", i)) != -1:
+        literal.append(text[i:dollar])
+        if text.startswith("$$", dollar):
             literal.append("$")
-            i += 2
+            i = dollar + 2
             continue
-        if text[i] == "$":
-            bare = _BARE.match(text, i)
-            braced = _BRACED.match(text, i) if bare is None else None
-            if bare is not None:
-                number, path, optional = bare.groups()
-                ref: Ref | None = Ref(bare.group(0), int(number), _parse_path(path), bool(optional))
-                end = bare.end()
-            elif braced is not None:
-                ref = _braced(braced.group(1), braced.group(0))
-                end = braced.end()
-            elif text.startswith("${", i):
-                raise RefSyntaxError(f"unclosed '${{' in {text[i : i + 40]!r}")
-            else:
-                ref, end = None, i + 1
-            if ref is not None:
-                if literal:
-                    parts.append("".join(literal))
-                    literal = []
-                parts.append(ref)
-                i = end
-                continue
-        literal.append(text[i])
-        i += 1
-    if literal:
-        parts.append("".join(literal))
+        ref, i = _ref_at(text, dollar)
+        if ref is None:
+            literal.append("$")
+            continue
+        if joined := "".join(literal):
+            parts.append(joined)
+        literal = []
+        parts.append(ref)
+    if rest := "".join(literal) + text[i:]:
+        parts.append(rest)
     return tuple(parts)
-
-
-_MUSTACHE = re.compile(r"\{\{\s*([^{}]+?)\s*\}\}")
 
 
 def repair_mustache(value: Any, known: Callable[[int | str], bool]) -> tuple[Any, list[str]]:
@@ -152,23 +174,20 @@ def repair_mustache(value: Any, known: Callable[[int | str], bool]) -> tuple[Any
     """
     repaired: list[str] = []
 
-    def fix(text: str) -> str:
-        def sub(match: re.Match[str]) -> str:
-            inner = _TARGET.match(match.group(1))
-            if inner is None:
+    def sub(match: re.Match[str]) -> str:
+        inner = match.group(1).strip()
+        target = _TARGET.match(inner)
+        try:
+            if target is None or not known(_target(target, inner)):
                 return match.group(0)
-            n1, n2, n3, ident = inner.group(1), inner.group(2), inner.group(3), inner.group(4)
-            number = n1 or n2 or n3
-            if not known(int(number) if number else ident):
-                return match.group(0)
-            repaired.append(match.group(0))
-            return "${" + match.group(1) + "}"
-
-        return _MUSTACHE.sub(sub, text)
+        except RefSyntaxError:  # a number too long to be any step's
+            return match.group(0)
+        repaired.append(match.group(0))
+        return "${" + inner + "}"
 
     def walk(item: Any) -> Any:
         if isinstance(item, str):
-            return fix(item)
+            return _MUSTACHE.sub(sub, item)
         if isinstance(item, list):
             return [walk(i) for i in item]
         if isinstance(item, dict):
@@ -238,25 +257,58 @@ def _render(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
-def resolve(value: Any, lookup: Callable[[int | str], Mapping[str, Any] | None]) -> Any:
+def _size(value: Any) -> int:
+    """UTF-8 bytes of a value as compact JSON (a string as its text)."""
+    text = (
+        value if isinstance(value, str) else json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
+    )
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+def resolve(
+    value: Any, lookup: Callable[[int | str], Mapping[str, Any] | None], *, max_bytes: int | None = None
+) -> Any:
     """Substitute every reference in a JSON value.
 
     Args:
         value: Arguments as parsed from the plan.
         lookup: A step number or id -> that step's value record, or None if it has none.
+        max_bytes: The most that the strings and substituted values may take together (UTF-8;
+            values as compact JSON). Counted while building, so one reference repeated to a large
+            value stops at the limit instead of copying the value each time.
 
     Raises:
-        RefError: a non-optional reference does not resolve.
+        RefError: a non-optional reference does not resolve, or the result would exceed `max_bytes`.
     """
-    if isinstance(value, str):
-        parts = parse_template(value)
-        if len(parts) == 1 and isinstance(parts[0], Ref):
-            return _value_of(parts[0], lookup)
-        if not any(isinstance(p, Ref) for p in parts):
-            return "".join(p for p in parts if isinstance(p, str))
-        return "".join(p if isinstance(p, str) else _render(_value_of(p, lookup)) for p in parts)
-    if isinstance(value, list):
-        return [resolve(item, lookup) for item in value]
-    if isinstance(value, dict):
-        return {key: resolve(item, lookup) for key, item in value.items()}
-    return value
+    left = max_bytes
+
+    def spend(item: Any, source: str) -> Any:
+        nonlocal left
+        if left is not None:
+            left -= _size(item)
+            if left < 0:
+                raise RefError(
+                    f"{_show(source)}: the resolved arguments would exceed {max_bytes} bytes; "
+                    "reference less data (a path into it), or fewer times"
+                )
+        return item
+
+    def walk(item: Any) -> Any:
+        if isinstance(item, str):
+            parts = parse_template(item)
+            if len(parts) == 1 and isinstance(parts[0], Ref):
+                return spend(_value_of(parts[0], lookup), parts[0].raw)
+            pieces: list[str] = []
+            for part in parts:
+                if isinstance(part, str):
+                    pieces.append(spend(part, "literal text"))
+                else:
+                    pieces.append(spend(_render(_value_of(part, lookup)), part.raw))
+            return "".join(pieces)
+        if isinstance(item, list):
+            return [walk(i) for i in item]
+        if isinstance(item, dict):
+            return {key: walk(i) for key, i in item.items()}
+        return item
+
+    return walk(value)

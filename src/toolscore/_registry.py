@@ -40,6 +40,12 @@ class Route:
     """The tool as exposed: the downstream definition verbatim except for `name`."""
     validator: Validator = field(repr=False, compare=False)
     """The compiled inputSchema, built once here rather than per call."""
+    canonical: str = ""
+    """`<server><separator><downstream tool name>`: the tool's identity whatever it is renamed to."""
+    local_name: str = ""
+    """The name after `rename`, before the server prefix."""
+    path_keys: frozenset[str] = frozenset()
+    """Property names the inputSchema marks as paths (`format`), at any depth."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +95,26 @@ def _schema_problem(tool: mcp_types.Tool) -> str | None:
     return None
 
 
+_PATH_FORMATS = frozenset({"path", "file-path", "filepath", "file", "directory", "dir-path", "dirpath"})
+
+
+def _path_keys(schema: Any, found: set[str] | None = None, depth: int = 0) -> set[str]:
+    """Names of properties whose schema has a path `format`, through nested schemas."""
+    found = set() if found is None else found
+    if not isinstance(schema, dict) or depth > 32:
+        return found
+    for name, prop in (schema.get("properties") or {}).items():
+        if isinstance(prop, dict) and str(prop.get("format", "")).lower() in _PATH_FORMATS:
+            found.add(name)
+        _path_keys(prop, found, depth + 1)
+    for key in ("items", "additionalProperties"):
+        _path_keys(schema.get(key), found, depth + 1)
+    for key in ("anyOf", "oneOf", "allOf"):
+        for sub in schema.get(key) or ():
+            _path_keys(sub, found, depth + 1)
+    return found
+
+
 def _compile(schema: Mapping[str, Any]) -> Validator:
     cls = validator_for(schema)
     return cls(schema)
@@ -130,6 +156,15 @@ def build_registry(server_tools: Mapping[str, Sequence[mcp_types.Tool]], config:
             if (problem := _schema_problem(exposed_tool)) is not None:
                 problems.append(f"server '{server}' tool '{tool.name}' skipped: {problem}")
                 continue
-            routes[name] = Route(name, server, tool.name, exposed_tool, _compile(tool.input_schema))
+            routes[name] = Route(
+                name,
+                server,
+                tool.name,
+                exposed_tool,
+                _compile(tool.input_schema),
+                canonical=f"{server}{separator}{tool.name}",
+                local_name=exposed,
+                path_keys=frozenset(_path_keys(tool.input_schema)),
+            )
     by_remote = {(r.server, r.remote_name): r for r in routes.values()}
     return Registry(routes=routes, problems=tuple(problems), servers=tuple(order), by_remote=by_remote)

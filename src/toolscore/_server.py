@@ -18,9 +18,12 @@ from mcp.server.session import ServerSession
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
 from mcp.shared.message import ServerMessageMetadata
 
+from toolscore._callers import Callers
 from toolscore._engine import ConfirmFn, ToolExecutionEngine, error_result
 from toolscore._hub import DownstreamHub
+from toolscore._json import scrub_unpaired_surrogates
 from toolscore._plan_tool import ORCHESTRATE, Orchestrator
+from toolscore._sdk import connection_of
 from toolscore._version import __version__
 from toolscore.errors import Rejected
 from toolscore.types import ProgressFn
@@ -83,7 +86,9 @@ def _confirmer(ctx: ServerRequestContext[Any]) -> ConfirmFn | None:
     return confirm
 
 
-def build_server(hub: DownstreamHub, engine: ToolExecutionEngine, orchestrator: Orchestrator) -> FrontServer:
+def build_server(
+    hub: DownstreamHub, engine: ToolExecutionEngine, orchestrator: Orchestrator, callers: Callers
+) -> FrontServer:
     """The front server over `hub`'s tools, calling through `engine`, plus `orchestrate`."""
     sessions: dict[int, ServerSession] = {}
     bus = InMemorySubscriptionBus()
@@ -91,7 +96,8 @@ def build_server(hub: DownstreamHub, engine: ToolExecutionEngine, orchestrator: 
     async def list_tools(
         ctx: ServerRequestContext[Any], params: mcp_types.PaginatedRequestParams | None
     ) -> mcp_types.ListToolsResult:
-        return mcp_types.ListToolsResult(tools=[orchestrator.tool(), *hub.registry.tools()])
+        own = [orchestrator.tool()] if orchestrator.refusal is None else []
+        return mcp_types.ListToolsResult(tools=[*own, *hub.registry.tools()])
 
     async def call_tool(
         ctx: ServerRequestContext[Any], params: mcp_types.CallToolRequestParams
@@ -107,16 +113,20 @@ def build_server(hub: DownstreamHub, engine: ToolExecutionEngine, orchestrator: 
                 await session.report_progress(value, total, message)
 
             progress = forward_progress
-        session_id = f"{id(ctx.session._connection):x}"  # one per client connection
+        caller = callers.identify(ctx)
         try:
             if params.name == ORCHESTRATE:
-                return await orchestrator(params.arguments, progress=progress, request_id=ctx.request_id)
+                answer = await orchestrator(
+                    params.arguments, progress=progress, request_id=ctx.request_id, caller=caller
+                )
+                # Plan text is the model's: whatever it smuggled in must not break the reply.
+                return scrub_unpaired_surrogates(answer)
             run = await engine.execute(
                 params.name,
                 params.arguments,
                 request_id=ctx.request_id,
                 progress=progress,
-                session_id=session_id,
+                session_id=caller,
                 confirm=_confirmer(ctx),
             )
         except Exception:
@@ -126,7 +136,7 @@ def build_server(hub: DownstreamHub, engine: ToolExecutionEngine, orchestrator: 
         return run.result
 
     def input_schema(name: str) -> dict[str, Any] | None:
-        if name == ORCHESTRATE:
+        if name == ORCHESTRATE and orchestrator.refusal is None:
             return orchestrator.tool().input_schema
         route = hub.registry.get(name)
         return route.tool.input_schema if route else None
@@ -143,7 +153,7 @@ def build_server(hub: DownstreamHub, engine: ToolExecutionEngine, orchestrator: 
 
     async def on_initialized(ctx: ServerRequestContext[Any], params: mcp_types.NotificationParams) -> None:
         # Once per handshake-era connection: remember it to push tools/list_changed later.
-        connection = ctx.session._connection  # the SDK exposes no public handle for this
+        connection = connection_of(ctx.session)
         sessions[id(connection)] = ctx.session
         connection.exit_stack.callback(sessions.pop, id(connection), None)
 

@@ -11,6 +11,7 @@ the log instead of corrupting the JSON-RPC channel. Everything is restored on ex
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 from collections.abc import AsyncIterator
@@ -18,12 +19,16 @@ from contextlib import asynccontextmanager
 
 import anyio
 import mcp_types
+import structlog
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.shared.message import SessionMessage
 
+from toolscore._lines import Oversized, message_id, read_lines, write_lines
+from toolscore.config import DEFAULT_MAX_REQUEST_BYTES
+
 __all__ = ["pollable", "stdio_transport"]
 
-_CHUNK = 1 << 16
+log = structlog.get_logger("toolscore.stdio")
 
 
 def pollable(fd: int) -> bool:
@@ -35,55 +40,86 @@ def pollable(fd: int) -> bool:
     return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or stat.S_ISCHR(mode)
 
 
-async def _read_lines(fd: int, sink: MemoryObjectSendStream[SessionMessage | Exception]) -> None:
-    buffer = bytearray()
-    async with sink:
-        while True:
-            await anyio.wait_readable(fd)
-            try:
-                chunk = os.read(fd, _CHUNK)
-            except BlockingIOError:
-                continue
-            if not chunk:  # EOF: the client is gone
-                if buffer.strip():
-                    await _deliver(bytes(buffer), sink)
-                return
-            buffer.extend(chunk)
-            start = 0
-            while (end := buffer.find(b"\n", start)) >= 0:
-                if end > start:
-                    await _deliver(bytes(buffer[start:end]), sink)
-                start = end + 1
-            del buffer[:start]
+def _error(request_id: mcp_types.RequestId | None, code: int, message: str) -> SessionMessage:
+    error = mcp_types.ErrorData(code=code, message=message)
+    return SessionMessage(mcp_types.JSONRPCError(jsonrpc="2.0", id=request_id, error=error))
 
 
-async def _deliver(line: bytes, sink: MemoryObjectSendStream[SessionMessage | Exception]) -> None:
+def _answer_to_unreadable(line: bytes) -> SessionMessage:
+    """The JSON-RPC error a line that is not a valid message gets (the spec's parse/invalid-request errors)."""
+    try:
+        value = json.loads(line)
+    except (ValueError, RecursionError):
+        return _error(None, mcp_types.PARSE_ERROR, "Parse error: the line is not valid JSON (or not UTF-8)")
+    request_id = value.get("id") if isinstance(value, dict) else None
+    if not isinstance(request_id, str | int) or isinstance(request_id, bool):
+        request_id = None
+    return _error(request_id, mcp_types.INVALID_REQUEST, "Invalid request: not a JSON-RPC 2.0 message")
+
+
+async def _read_lines(
+    fd: int,
+    sink: MemoryObjectSendStream[SessionMessage | Exception],
+    answer: MemoryObjectSendStream[SessionMessage],
+    limit: int,
+) -> None:
+    async with sink, answer:
+        async for line in read_lines(fd, limit):  # until EOF: the client is gone
+            if isinstance(line, Oversized):
+                log.warning("request over the size limit refused", limit=limit)
+                error = _error(message_id(line.head), mcp_types.INVALID_REQUEST, f"the request exceeds {limit} bytes")
+                await answer.send(error)
+            else:
+                await _deliver(line, sink, answer)
+
+
+async def _deliver(
+    line: bytes,
+    sink: MemoryObjectSendStream[SessionMessage | Exception],
+    answer: MemoryObjectSendStream[SessionMessage],
+) -> None:
+    if not line.strip():
+        return
     try:
         message = mcp_types.jsonrpc_message_adapter.validate_json(line, by_name=False)
-    except Exception as exc:  # a malformed line is reported to the session, as the SDK does
-        await sink.send(exc)
+    except ValueError:
+        # The SDK would only log it: answer, so the client does not wait forever.
+        await answer.send(_answer_to_unreadable(line))
         return
+    if isinstance(message, mcp_types.JSONRPCNotification) and b'"id"' in line:
+        # A request whose id is neither a string nor a number validates as a notification
+        # (which never gets an answer): the spec calls it an invalid request.
+        value = json.loads(line)
+        if isinstance(value, dict) and "id" in value:
+            await answer.send(
+                _error(None, mcp_types.INVALID_REQUEST, "Invalid request: the id must be a string or a number")
+            )
+            return
     await sink.send(SessionMessage(message))
+
+
+def _encode(message: SessionMessage) -> bytes:
+    try:
+        return (message.message.model_dump_json(by_alias=True, exclude_unset=True) + "\n").encode()
+    except ValueError:
+        # Text that cannot be encoded (an unpaired surrogate) must not kill the writer, and so
+        # the whole session: the client gets an error for this one request instead.
+        log.exception("a reply could not be serialised")
+        request_id = getattr(message.message, "id", None)
+        if request_id is None:
+            return b""
+        reply = _error(request_id, mcp_types.INTERNAL_ERROR, "the reply could not be encoded as JSON")
+        return (reply.message.model_dump_json(by_alias=True, exclude_unset=True) + "\n").encode()
 
 
 async def _write_lines(fd: int, source: MemoryObjectReceiveStream[SessionMessage]) -> None:
     async with source:
-        async for session_message in source:
-            data = memoryview(
-                (session_message.message.model_dump_json(by_alias=True, exclude_unset=True) + "\n").encode()
-            )
-            while data:
-                try:
-                    written = os.write(fd, data)
-                except BlockingIOError:
-                    await anyio.wait_writable(fd)
-                    continue
-                data = data[written:]
+        await write_lines(fd, (_encode(message) async for message in source))
 
 
 @asynccontextmanager
 async def stdio_transport(
-    stdin_fd: int = 0, stdout_fd: int = 1
+    stdin_fd: int = 0, stdout_fd: int = 1, *, max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
 ) -> AsyncIterator[
     tuple[MemoryObjectReceiveStream[SessionMessage | Exception], MemoryObjectSendStream[SessionMessage]]
 ]:
@@ -97,7 +133,7 @@ async def stdio_transport(
     write_send, write_recv = anyio.create_memory_object_stream[SessionMessage](0)
     try:
         async with anyio.create_task_group() as tg:
-            tg.start_soon(_read_lines, stdin_fd, read_send)
+            tg.start_soon(_read_lines, stdin_fd, read_send, write_send.clone(), max_request_bytes)
             tg.start_soon(_write_lines, wire_out, write_recv)
             try:
                 yield read_recv, write_send

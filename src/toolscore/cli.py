@@ -16,6 +16,7 @@ import mcp_types
 from toolscore._audit import AuditRecord, audit_files, read_audit
 from toolscore._audit_stats import compute_stats, parse_since
 from toolscore._gateway import Gateway, audit_path, open_gateway, serve_http, serve_stdio
+from toolscore._http_auth import TOKEN_ENV, HttpExposure, resolve_exposure
 from toolscore._install import install_servers
 from toolscore._logging import configure_logging
 from toolscore._plan_tool import ORCHESTRATE
@@ -40,6 +41,28 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--transport", choices=["stdio", "http"], default="stdio")
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8765)
+    serve.add_argument(
+        "--token-file",
+        metavar="PATH",
+        help=f"HTTP: file (mode 600) holding the bearer token clients must send (default: ${TOKEN_ENV}, "
+        "then toolscore.http.token_file); required unless --host is loopback",
+    )
+    serve.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        metavar="HOST[:PORT]",
+        help="HTTP: also accept this Host header, e.g. mcp.example.com or mcp.example.com:* (repeatable)",
+    )
+    serve.add_argument(
+        "--allow-origin",
+        action="append",
+        default=[],
+        metavar="ORIGIN",
+        help="HTTP: also accept this Origin header, e.g. https://app.example.com (repeatable)",
+    )
+    serve.add_argument("--tls-cert", metavar="PATH", help="HTTP: serve HTTPS with this PEM certificate")
+    serve.add_argument("--tls-key", metavar="PATH", help="HTTP: the certificate's PEM private key")
 
     check = sub.add_parser("check", parents=[common], help="connect to every server and report its state")
     check.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -122,11 +145,27 @@ async def _call(gw: Gateway, tool: str, raw_args: str) -> int:
     return 1 if result.is_error else 0
 
 
-async def _run(args: argparse.Namespace, config: Config) -> int:
+def _http_exposure(args: argparse.Namespace, config: Config) -> HttpExposure | None:
+    """The HTTP front's checked token, allow-lists and TLS for `serve --transport http` (else None)."""
+    if args.command != "serve" or args.transport != "http":
+        return None
+    return resolve_exposure(
+        config.settings.http,
+        host=args.host,
+        port=args.port,
+        token_file=args.token_file,
+        allow_hosts=args.allow_host,
+        allow_origins=args.allow_origin,
+        tls_cert=args.tls_cert,
+        tls_key=args.tls_key,
+    )
+
+
+async def _run(args: argparse.Namespace, config: Config, exposure: HttpExposure | None) -> int:
     async with open_gateway(config) as gw:
         if args.command == "serve":
-            if args.transport == "http":
-                await serve_http(gw, host=args.host, port=args.port)
+            if exposure is not None:
+                await serve_http(gw, host=args.host, port=args.port, exposure=exposure)
             else:
                 await serve_stdio(gw)
             return 0
@@ -247,7 +286,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "install":
         return _install(args, config)
     try:
-        return anyio.run(_run, args, config)
+        exposure = _http_exposure(args, config)  # checked before any server starts
+        return anyio.run(_run, args, config, exposure)
     except ConfigError as exc:  # found while starting: a plugin that is not installed, say
         print(f"toolscore: config error: {exc}", file=sys.stderr)
         return EXIT_CONFIG

@@ -36,6 +36,8 @@ from toolscore.errors import ConfigError
 
 __all__ = [
     "DEFAULT_CONNECT_TIMEOUT",
+    "DEFAULT_MAX_REQUEST_BYTES",
+    "DEFAULT_MAX_RESULT_BYTES",
     "DEFAULT_SEPARATOR",
     "DEFAULT_SLOW_CALL_SECONDS",
     "DEFAULT_TIMEOUT",
@@ -45,6 +47,7 @@ __all__ = [
     "Config",
     "ConstraintsConfig",
     "GatewaySettings",
+    "HttpSettings",
     "InstallHints",
     "PathRules",
     "PlanSettings",
@@ -70,6 +73,10 @@ DEFAULT_SEPARATOR = "__"
 """Between the server prefix and the tool name: `files__read_file`."""
 DEFAULT_SLOW_CALL_SECONDS = 5.0
 """Calls slower than this are logged as slow."""
+DEFAULT_MAX_REQUEST_BYTES = 4 * 1024 * 1024
+"""The largest message a front client may send: the SDK's own HTTP default."""
+DEFAULT_MAX_RESULT_BYTES = 32 * 1024 * 1024
+"""The largest message a downstream may send (a few full-page screenshots)."""
 
 _MASK = "***"
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
@@ -109,11 +116,20 @@ class ToolRules(_Frozen):
 
 
 class PathRules(_Frozen):
-    """Arguments that name files must resolve (symlinks and `..` followed) under one of `roots`."""
+    """Confinement: every path in a call's arguments must resolve (symlinks and `..` followed) under `roots`.
 
-    arguments: tuple[str, ...]
-    """Names of the arguments holding paths, at any depth of the arguments object."""
+    Which strings are paths: every string (in arrays and objects too) under an argument whose
+    name says path (`path`, `paths`, `file_path`, `filePath`, `dir`, `directory`, ...; see
+    docs/policy.md), under a name listed in `arguments` or, for one tool, in `tools`, or under a
+    schema property with a path `format`; and every `file:` URI anywhere. A checked path is
+    passed on as its resolved real path, so a symlink swapped after the check cannot redirect it.
+    """
+
     roots: tuple[str, ...]
+    arguments: tuple[str, ...] = ()
+    """More argument names (globs, case-insensitive) holding paths, at any depth."""
+    tools: dict[str, tuple[str, ...]] = Field(default_factory=dict)
+    """Exposed tool name (glob) -> more argument names holding paths in that tool's calls."""
 
 
 class ArgumentRules(_Frozen):
@@ -184,6 +200,8 @@ class InstallHints(_Frozen):
 
     pip: tuple[str, ...] = ()
     """Requirements installed into the server's own venv, `<prefix>/venvs/<server>`."""
+    python: str | None = None
+    """The interpreter that venv is made from (default: toolscore's own)."""
     npm: tuple[str, ...] = ()
     """Packages installed under `<prefix>/npm/<server>/node_modules` (launch them by path, not npx)."""
     apt: tuple[str, ...] = ()
@@ -224,6 +242,17 @@ class ServerConfig(BaseModel):
     timeout: float | None = Field(default=None, gt=0)
     """Seconds a call may take on this server (default: the gateway's `default_timeout`)."""
     connect_timeout: float | None = Field(default=None, gt=0)
+    on_timeout: Literal["ping", "restart"] = "ping"
+    """After a call times out: `ping` the server and restart it if it does not answer within
+    `ping_timeout` (it is wedged), or `restart` it at once (code runners stuck in user code)."""
+    ping_timeout: float = Field(default=5.0, gt=0)
+    isolation: Literal["shared", "session"] = "shared"
+    """`session`: each front client gets its own instance of this server, started on its first
+    call (a code sandbox whose state must not be shared between clients)."""
+    max_sessions: int = Field(default=8, ge=1)
+    """With `isolation: session`: instances kept at once; the least recently used idle one goes."""
+    session_idle_seconds: float = Field(default=600.0, gt=0)
+    """With `isolation: session`: an instance unused this long is stopped."""
     tools: ToolFilter = Field(default_factory=ToolFilter)
     prefix: str | None = None
     """Namespace for this server's tools (default: the server name); "" exposes them unprefixed."""
@@ -307,7 +336,8 @@ class PlanSettings(_Frozen):
 
     max_steps: int = Field(default=64, ge=1, le=1000)
     max_depth: int = Field(default=8, ge=1, le=32)
-    max_bytes: int = Field(default=64 * 1024, ge=1024)
+    max_bytes: int = Field(default=64 * 1024, ge=1024, le=1024 * 1024)
+    """The size cap of one plan (UTF-8 bytes); at most 1 MiB, since parsing blocks the event loop."""
     max_alternatives: int = Field(default=8, ge=1, le=64)
     budget_seconds: float = Field(default=300.0, gt=0)
     """Wall-time budget of one plan; when it runs out, running steps are cancelled."""
@@ -320,6 +350,39 @@ class PlanSettings(_Frozen):
     """Episodes kept in memory for references across turns (least recently used dropped)."""
 
 
+class HttpSettings(_Frozen):
+    """`toolscore.http`: who may reach `serve --transport http`, and how (docs/security.md)."""
+
+    token_file: str | None = None
+    """File holding the bearer token clients must send; mode 600 (`--token-file` and `$TOOLSCORE_TOKEN` win)."""
+    allowed_hosts: tuple[str, ...] = ()
+    """Host headers accepted besides the bind address and the loopback names: `host`, `host:port`, `host:*`."""
+    allowed_origins: tuple[str, ...] = ()
+    """Origin headers accepted besides the defaults: `scheme://host[:port]` or `scheme://host:*`."""
+    tls_cert: str | None = None
+    """Serve HTTPS with this PEM certificate (chain)."""
+    tls_key: str | None = None
+    """Its PEM private key (default: inside `tls_cert`)."""
+
+    @field_validator("allowed_hosts")
+    @classmethod
+    def _check_hosts(cls, hosts: tuple[str, ...]) -> tuple[str, ...]:
+        for host in hosts:
+            if not re.fullmatch(r"[^\s/@]+", host):
+                raise ValueError(f"{host!r} is not a Host header: write host, host:port or host:* (no scheme, no path)")
+        return hosts
+
+    @field_validator("allowed_origins")
+    @classmethod
+    def _check_origins(cls, origins: tuple[str, ...]) -> tuple[str, ...]:
+        for origin in origins:
+            if not re.fullmatch(r"https?://[^\s/@]+", origin):
+                raise ValueError(
+                    f"{origin!r} is not an origin: write scheme://host[:port], e.g. https://app.example.com"
+                )
+        return origins
+
+
 class GatewaySettings(_Frozen):
     """The `toolscore` section: gateway-wide options."""
 
@@ -327,10 +390,15 @@ class GatewaySettings(_Frozen):
     default_timeout: float = Field(default=DEFAULT_TIMEOUT, gt=0)
     connect_timeout: float = Field(default=DEFAULT_CONNECT_TIMEOUT, gt=0)
     slow_call_seconds: float = Field(default=DEFAULT_SLOW_CALL_SECONDS, gt=0)
+    max_request_bytes: int = Field(default=DEFAULT_MAX_REQUEST_BYTES, ge=1024)
+    """The largest JSON-RPC message a front client may send (stdio and HTTP)."""
+    max_result_bytes: int = Field(default=DEFAULT_MAX_RESULT_BYTES, ge=1024)
+    """The largest JSON-RPC message accepted from a downstream server."""
     log_dir: str | None = None
     """Where each server's stderr log goes (default: `<state dir>/logs`)."""
     audit: AuditConfig = Field(default_factory=AuditConfig)
     plan: PlanSettings = Field(default_factory=PlanSettings)
+    http: HttpSettings = Field(default_factory=HttpSettings)
 
 
 class Config(_Frozen):

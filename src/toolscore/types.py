@@ -25,7 +25,7 @@ class CallDownstream(Protocol):
     """
 
     async def __call__(
-        self, server: str, tool: str, arguments: Arguments, *, progress: ProgressFn | None
+        self, server: str, tool: str, arguments: Arguments, *, progress: ProgressFn | None, caller: str | None
     ) -> mcp_types.CallToolResult: ...
 
 
@@ -39,4 +39,8 @@ class ToolSource(Protocol):
 
     def unavailable_reason(self, server: str) -> str | None:
         """Why `server` cannot take calls right now, or None when it is connected."""
+        ...
+
+    def call_timed_out(self, server: str, caller: str | None) -> None:
+        """A call to `server` ran past its deadline (the server may be wedged)."""
         ...

@@ -1,0 +1,79 @@
+"""Who is calling: one stable identity per front client, and notice when that client is gone.
+
+Per-client state (plan episodes, rate-limit buckets of scope `session`, per-client downstream
+instances) is keyed by this identity, so one client can neither read nor evict another's.
+
+- A client on a channel that lasts (stdio in either era, a handshake-era HTTP session) is one
+  caller for as long as the channel lives; the identity is a fresh counter value, never reused.
+- A 2026-07-28 HTTP request stands alone (no session exists in that era): its caller is the
+  authenticated principal the HTTP front recorded for the request (see `_http_auth`), or
+  `anonymous` on an unauthenticated loopback bind, where every local client is equally trusted.
+"""
+
+from __future__ import annotations
+
+import itertools
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import structlog
+from mcp.server import ServerRequestContext
+
+from toolscore._sdk import connection_of
+
+__all__ = ["PRINCIPAL_SCOPE_KEY", "Callers"]
+
+log = structlog.get_logger("toolscore.callers")
+
+PRINCIPAL_SCOPE_KEY = "toolscore.principal"
+"""Key of the ASGI scope where the HTTP front's authentication leaves the caller's principal."""
+
+GoneListener = Callable[[str], None]
+
+
+class Callers:
+    """Maps a front request to its caller's identity; tells listeners when a caller's channel closes."""
+
+    def __init__(self) -> None:
+        self._ids: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+        self._counter = itertools.count(1)
+        self._listeners: list[GoneListener] = []
+        self._departed: list[str] = []
+
+    def on_gone(self, listener: GoneListener) -> None:
+        """Call `listener(caller)` after a caller's channel has closed (on the event loop, at the next request)."""
+        self._listeners.append(listener)
+
+    def identify(self, ctx: ServerRequestContext[Any]) -> str:
+        """The caller of this request."""
+        self.drain()
+        connection = connection_of(ctx.session)
+        if connection.has_standalone_channel:
+            # The outbound channel lives exactly as long as the client's stream, in both eras
+            # (a 2026-07-28 stdio client gets a fresh Connection per request, but one channel).
+            anchor = connection.outbound
+            caller = self._ids.get(anchor)
+            if caller is None:
+                caller = f"c{next(self._counter)}"
+                self._ids[anchor] = caller
+                weakref.finalize(anchor, self._gone, caller)
+            return caller
+        request = ctx.request
+        scope = getattr(request, "scope", None)
+        principal = scope.get(PRINCIPAL_SCOPE_KEY) if isinstance(scope, dict) else None
+        return f"principal:{principal or 'anonymous'}"
+
+    def _gone(self, caller: str) -> None:
+        # A finalizer may run in any thread, in the middle of anything: only note it here.
+        self._departed.append(caller)
+
+    def drain(self) -> None:
+        """Tell the listeners about every caller gone since the last call."""
+        while self._departed:
+            caller = self._departed.pop()
+            for listener in self._listeners:
+                try:
+                    listener(caller)
+                except Exception:  # one broken listener must not keep the others from cleaning up
+                    log.exception("caller cleanup failed", caller=caller)

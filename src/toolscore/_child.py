@@ -1,0 +1,244 @@
+"""A stdio downstream: the server as a child process, JSON-RPC lines on its stdin and stdout.
+
+Theory of operation. The SDK's `stdio_client` re-joins its text buffer for every chunk it reads,
+so one 32 MB result costs seconds of copying on the event loop, while every other client waits;
+and one byte of invalid UTF-8 fails its decoder and drops the connection. Here, as on the front
+(`_stdio`), the pipes are non-blocking file descriptors polled by the event loop:
+
+- stdout is read into one growing buffer that is scanned for newlines once, from where the last
+  scan stopped, so reading is linear in the bytes received;
+- a message longer than `max_message_bytes` is not kept: its first KiB is, to find the request
+  it answers, and that request gets a JSON-RPC error naming the limit (the rest is skipped up to
+  the next newline);
+- invalid UTF-8 in a line is replaced (U+FFFD) and logged, instead of dropping the connection;
+  a line that is not JSON-RPC at all is logged and skipped.
+
+The child runs in its own session (a process group), so closing kills everything it started:
+stdin is closed first (the spec's polite request), then SIGTERM to the group after a grace
+period, then SIGKILL. When `setpriv` is available the child is also given a parent-death signal,
+so it dies with the gateway even if the gateway is killed with SIGKILL. `kill()` skips the grace
+period: that is for a server that stopped answering.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager, suppress
+from typing import IO
+
+import anyio
+import anyio.lowlevel
+import mcp_types
+import structlog
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from mcp.shared.message import SessionMessage
+
+from toolscore._lines import Oversized, message_id, read_lines, write_lines
+
+__all__ = ["DEFAULT_ENV_KEYS", "ChildProcess", "spawn_stdio"]
+
+log = structlog.get_logger("toolscore.child")
+
+DEFAULT_ENV_KEYS = ("HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER")
+"""What a child inherits from the gateway's environment (as the SDK does); `env` adds to it."""
+_GRACE = 2.0
+_SETPRIV = shutil.which("setpriv")
+
+
+class ChildProcess:
+    """The running child of one connection."""
+
+    def __init__(self, popen: subprocess.Popen[bytes]) -> None:
+        self.pid = popen.pid
+        self._popen = popen
+
+    @property
+    def returncode(self) -> int | None:
+        """The exit status once the child has exited (negative: killed by that signal)."""
+        return self._popen.poll()
+
+    def signal_group(self, signum: int) -> None:
+        """Send `signum` to the child's whole process group (what it started, too)."""
+        with suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.pid, signum)
+
+    def kill(self) -> None:
+        """SIGKILL the whole group now: the connection then ends as if the server had died."""
+        self.signal_group(signal.SIGKILL)
+
+    async def stop(self) -> None:
+        """Wait for a polite exit, then SIGTERM the group, then SIGKILL it."""
+        for signum in (signal.SIGTERM, signal.SIGKILL):
+            if await self._exited_within(_GRACE):
+                break
+            self.signal_group(signum)
+        if not await self._exited_within(_GRACE):
+            log.warning("child did not exit after SIGKILL", pid=self.pid)
+        # The group may outlive its leader (a grandchild that ignored SIGTERM).
+        self.signal_group(signal.SIGKILL)
+
+    async def _exited_within(self, seconds: float) -> bool:
+        deadline = time.monotonic() + seconds
+        while self._popen.poll() is None:
+            if time.monotonic() >= deadline:
+                return False
+            await anyio.sleep(0.01)
+        return True
+
+
+def _response_error(head: bytes, limit: int) -> SessionMessage | None:
+    """A JSON-RPC error for the request an oversized response answers, if its id can be found."""
+    if b'"result"' not in head and b'"error"' not in head:
+        return None  # a request or notification from the server: nothing waits for it
+    request_id = message_id(head)
+    if request_id is None:
+        return None
+    error = mcp_types.ErrorData(
+        code=mcp_types.INTERNAL_ERROR, message=f"the server's answer exceeds the gateway's limit of {limit} bytes"
+    )
+    return SessionMessage(mcp_types.JSONRPCError(jsonrpc="2.0", id=request_id, error=error))
+
+
+def _parse(line: bytes, server: str) -> SessionMessage | None:
+    try:
+        return SessionMessage(mcp_types.jsonrpc_message_adapter.validate_json(line, by_name=False))
+    except ValueError:
+        pass
+    text = line.decode("utf-8", errors="replace")
+    if "\ufffd" in text and text.encode("utf-8", "surrogatepass") != line:
+        bad = line[:120]
+        log.warning("invalid UTF-8 from server, replaced", server=server, bytes=repr(bad))
+        try:
+            return SessionMessage(mcp_types.jsonrpc_message_adapter.validate_json(text, by_name=False))
+        except ValueError:
+            pass
+    log.warning("server wrote a line that is not JSON-RPC; skipped", server=server, line=text[:200])
+    return None
+
+
+async def _read(fd: int, sink: MemoryObjectSendStream[SessionMessage | Exception], *, limit: int, server: str) -> None:
+    delivering = True  # once the session stops listening, output is read and dropped
+
+    async def deliver(message: SessionMessage | None) -> None:
+        nonlocal delivering
+        if message is None or not delivering:
+            return
+        try:
+            await sink.send(message)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+            delivering = False  # keep draining, so a child flushing output can still exit
+
+    async with sink:
+        async for line in read_lines(fd, limit):  # until EOF: the server exited or closed stdout
+            if isinstance(line, Oversized):
+                log.warning("server message over the size limit; skipped", server=server, limit=limit)
+                await deliver(_response_error(line.head, limit))
+            elif line.strip() and delivering:
+                await deliver(_parse(line.strip(), server))
+
+
+async def _write(fd: int, source: MemoryObjectReceiveStream[SessionMessage]) -> None:
+    async with source:
+        encoded = ((m.message.model_dump_json(by_alias=True, exclude_unset=True) + "\n").encode() async for m in source)
+        await write_lines(fd, encoded)
+
+
+def _start(
+    command: str, args: Sequence[str], env: Mapping[str, str] | None, cwd: str | None, errlog: IO[str] | None
+) -> subprocess.Popen[bytes]:
+    """fork/exec, synchronously: it takes a millisecond and happens once per connection."""
+    environment = {k: os.environ[k] for k in DEFAULT_ENV_KEYS if k in os.environ} | dict(env or {})
+    argv = [command, *args]
+    # With the setpriv wrapper a missing command would only show as an exit status: say it here.
+    if "/" in command:
+        found = command if os.path.isabs(command) else os.path.join(cwd or ".", command)
+        found = found if os.access(found, os.X_OK) and os.path.isfile(found) else None
+    else:
+        found = shutil.which(command, path=environment.get("PATH"))
+    if found is None:
+        raise FileNotFoundError(2, "command not found", command)
+    if _SETPRIV is not None:
+        argv = [_SETPRIV, "--pdeathsig", "KILL", "--", *argv]
+    return subprocess.Popen(
+        argv,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=errlog if errlog is not None else None,
+        env=environment,
+        cwd=cwd,
+        start_new_session=True,
+    )
+
+
+@asynccontextmanager
+async def spawn_stdio(
+    command: str,
+    args: Sequence[str] = (),
+    *,
+    env: Mapping[str, str] | None = None,
+    cwd: str | None = None,
+    errlog: IO[str] | None = None,
+    max_message_bytes: int,
+    server: str,
+    started: list[ChildProcess] | None = None,
+) -> AsyncIterator[
+    tuple[MemoryObjectReceiveStream[SessionMessage | Exception], MemoryObjectSendStream[SessionMessage]]
+]:
+    """Start `command` and yield the (read, write) streams an `mcp.Client` takes.
+
+    Args:
+        env: Added to the inherited `DEFAULT_ENV_KEYS`.
+        errlog: Where the child's stderr goes (default: the gateway's stderr).
+        max_message_bytes: The largest message accepted from the child.
+        server: The server's name, for logs.
+        started: Receives the `ChildProcess` once it runs (to kill a wedged server).
+
+    Raises:
+        OSError: the command cannot be started.
+    """
+    popen = _start(command, args, env, cwd, errlog)
+    child = ChildProcess(popen)
+    if started is not None:
+        started.append(child)
+    assert popen.stdin is not None and popen.stdout is not None
+    stdin_fd, stdout_fd = popen.stdin.fileno(), popen.stdout.fileno()
+    os.set_blocking(stdin_fd, False)
+    os.set_blocking(stdout_fd, False)
+    read_send, read_recv = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+    write_send, write_recv = anyio.create_memory_object_stream[SessionMessage](0)
+    try:
+        async with anyio.create_task_group() as tg:
+            reader, writer = anyio.CancelScope(), anyio.CancelScope()
+
+            async def read() -> None:
+                with reader:
+                    await _read(stdout_fd, read_send, limit=max_message_bytes, server=server)
+
+            async def write() -> None:
+                with writer:
+                    await _write(stdin_fd, write_recv)
+
+            tg.start_soon(read)
+            tg.start_soon(write)
+            try:
+                yield read_recv, write_send
+            finally:
+                with anyio.CancelScope(shield=True):
+                    read_recv.close()  # the reader now drains instead of delivering
+                    writer.cancel()  # before its descriptor is closed under it
+                    await anyio.lowlevel.checkpoint()
+                    popen.stdin.close()  # EOF: the polite request to exit
+                    await child.stop()
+                reader.cancel()
+    finally:
+        with suppress(OSError):
+            popen.stdin.close()
+        with suppress(OSError):
+            popen.stdout.close()
+        for stream in (read_send, read_recv, write_send, write_recv):
+            stream.close()

@@ -1,0 +1,254 @@
+"""Who may reach the HTTP front: the bearer token, the Host/Origin allow-lists, TLS and the body cap.
+
+`resolve_exposure` turns `toolscore.http` and the `serve` flags into a checked `HttpExposure`
+before anything starts (refusing a non-loopback bind without a token); `HttpGuard` is the ASGI
+middleware that enforces it in front of the SDK's app.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import os
+import ssl
+import stat
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
+from pydantic import ValidationError
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from toolscore._callers import PRINCIPAL_SCOPE_KEY
+from toolscore.config import HttpSettings
+from toolscore.errors import ConfigError
+
+__all__ = ["TOKEN_ENV", "BearerToken", "HttpExposure", "HttpGuard", "is_loopback", "resolve_exposure"]
+
+TOKEN_ENV = "TOOLSCORE_TOKEN"
+"""The environment variable holding the bearer token."""
+MIN_TOKEN_CHARS = 16
+_LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
+_FLAGS = {"allowed_hosts": "--allow-host", "allowed_origins": "--allow-origin"}
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class BearerToken:
+    """The secret clients send as `Authorization: Bearer <token>`; its repr names only where it came from."""
+
+    value: bytes = field(repr=False)
+    source: str
+
+    def matches(self, presented: bytes) -> bool:
+        """Whether `presented` is the token, in time independent of where they differ."""
+        return hmac.compare_digest(self.value, presented)
+
+
+@dataclass(frozen=True, slots=True)
+class HttpExposure:
+    """What the HTTP front enforces, resolved and checked before the gateway starts."""
+
+    loopback: bool
+    token: BearerToken | None
+    security: TransportSecuritySettings
+    tls_cert: str | None = None
+    tls_key: str | None = None
+
+    @property
+    def scheme(self) -> str:
+        """`https` with a TLS certificate, else `http`."""
+        return "https" if self.tls_cert else "http"
+
+    def warning(self, host: str) -> str | None:
+        """The line to print for a bind other machines can reach (None on loopback)."""
+        if self.loopback:
+            return None
+        tls = "TLS is on" if self.tls_cert else "terminate TLS in a reverse proxy or give --tls-cert/--tls-key"
+        hosts = ", ".join(self.security.allowed_hosts)
+        return (
+            f"{host} is not a loopback address: every request needs the bearer token; {tls}; "
+            f"accepted Host headers: {hosts} (add the name clients use with --allow-host)"
+        )
+
+
+def is_loopback(host: str) -> bool:
+    """Whether a bind address is reachable from this machine only (127.0.0.0/8, ::1, localhost)."""
+    name = host.strip("[]").lower()
+    if name == "localhost":
+        return True
+    try:
+        address = ipaddress.ip_address(name)
+    except ValueError:
+        return False  # a host name: whatever it resolves to, treat it as exposed
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return address.is_loopback
+
+
+def resolve_exposure(
+    settings: HttpSettings,
+    *,
+    host: str,
+    port: int,
+    token_file: str | None = None,
+    allow_hosts: Sequence[str] = (),
+    allow_origins: Sequence[str] = (),
+    tls_cert: str | None = None,
+    tls_key: str | None = None,
+    env: Mapping[str, str] | None = None,
+) -> HttpExposure:
+    """Merge the `serve` flags into `toolscore.http` and check the result.
+
+    Flags win over the config; `allow_hosts` and `allow_origins` add to the configured lists. The
+    token comes from `token_file` (the flag), else `$TOOLSCORE_TOKEN`, else `settings.token_file`.
+
+    Raises:
+        ConfigError: a non-loopback bind without a token, an unreadable, too open or weak token, a
+            TLS certificate and key that do not load, or a malformed host or origin.
+    """
+    update: dict[str, object] = {
+        "allowed_hosts": (*settings.allowed_hosts, *allow_hosts),
+        "allowed_origins": (*settings.allowed_origins, *allow_origins),
+    }
+    update.update({k: v for k, v in (("tls_cert", tls_cert), ("tls_key", tls_key)) if v is not None})
+    try:
+        merged = HttpSettings.model_validate({**settings.model_dump(), **update})
+    except ValidationError as exc:  # the config was checked when loaded: a flag is wrong
+        first = exc.errors()[0]
+        flag = _FLAGS.get(str(first["loc"][0]), str(first["loc"][0]))
+        raise ConfigError(first["msg"].removeprefix("Value error, "), field=flag) from None
+
+    variables = os.environ if env is None else env
+    if token_file:
+        token: BearerToken | None = _read_token_file(token_file)
+    elif variables.get(TOKEN_ENV):
+        token = _checked_token(variables[TOKEN_ENV], TOKEN_ENV)
+    elif merged.token_file:
+        token = _read_token_file(merged.token_file)
+    else:
+        token = None
+    loopback = is_loopback(host)
+    if token is None and not loopback:
+        raise ConfigError(
+            f"--host {host} is not a loopback address, so clients must authenticate: set {TOKEN_ENV} "
+            "or give --token-file (or toolscore.http.token_file)"
+        )
+
+    cert, key = _checked_tls(merged.tls_cert, merged.tls_key)
+    scheme = "https" if cert else "http"
+    authorities = _authorities((host, *_LOOPBACK_NAMES), port, scheme)
+    security = TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=[*authorities, *merged.allowed_hosts],
+        allowed_origins=[*(f"{scheme}://{a}" for a in authorities), *merged.allowed_origins],
+    )
+    return HttpExposure(loopback, token, security, cert, key)
+
+
+def _authorities(hosts: Sequence[str], port: int, scheme: str) -> list[str]:
+    """The Host header values naming `hosts` on `port` (bare too on the scheme's default port)."""
+    bare = port == (443 if scheme == "https" else 80)
+    out: list[str] = []
+    for host in hosts:
+        name = f"[{host.strip('[]')}]" if ":" in host else host
+        out += [f"{name}:{port}", name] if bare else [f"{name}:{port}"]
+    return list(dict.fromkeys(out))
+
+
+def _read_token_file(raw: str) -> BearerToken:
+    path = Path(raw).expanduser()
+    try:
+        mode = stat.S_IMODE(path.stat().st_mode)
+        # Like ssh with private keys: a secret others can read (or replace) is not a secret.
+        if os.name == "posix" and mode & 0o077:
+            raise ConfigError(f"the token file {path} is open to group or others (mode {mode:o}): chmod 600 it")
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read the token file {path} ({exc.strerror})") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"the token file {path} is not text") from None
+    return _checked_token(text, str(path))
+
+
+def _checked_token(text: str, source: str) -> BearerToken:
+    # Messages name the source, never the value.
+    value = text.strip()
+    if not value.isascii() or not value.isprintable() or " " in value:
+        raise ConfigError(f"the token in {source} must be one line of printable ASCII without spaces")
+    if len(value) < MIN_TOKEN_CHARS:
+        raise ConfigError(
+            f"the token in {source} is shorter than {MIN_TOKEN_CHARS} characters: make one with "
+            "python -c 'import secrets; print(secrets.token_urlsafe(32))'"
+        )
+    return BearerToken(value.encode("ascii"), source)
+
+
+def _checked_tls(cert: str | None, key: str | None) -> tuple[str | None, str | None]:
+    """Load the pair once now, so a bad file is one line before start rather than a uvicorn traceback."""
+    if cert is None:
+        if key is not None:
+            raise ConfigError("--tls-key needs --tls-cert")
+        return None, None
+    cert = str(Path(cert).expanduser())
+    key = str(Path(key).expanduser()) if key else None
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    try:
+        # An empty password: an encrypted key fails here instead of prompting on the terminal.
+        context.load_cert_chain(cert, key, password=lambda: b"")
+    except OSError as exc:  # ssl.SSLError included
+        raise ConfigError(
+            f"cannot load the TLS certificate {cert} and key {key or cert} (PEM, key not encrypted): "
+            f"{exc.strerror or exc}"
+        ) from None
+    return cert, key
+
+
+class HttpGuard:
+    """ASGI middleware in front of the SDK's app: the Host/Origin allow-list, then the bearer token.
+
+    Both run on every path before the app sees the request, so a request from a DNS-rebinding web
+    page or without the token never reaches the MCP layer, and its body is never read.
+    """
+
+    def __init__(self, app: ASGIApp, *, security: TransportSecuritySettings, token: BearerToken | None) -> None:
+        self._app = app
+        self._hosts = TransportSecurityMiddleware(security)  # the SDK's own Host/Origin rules
+        self._token = token
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self._app(scope, receive, send)
+            return
+        if scope["type"] != "http":  # the MCP app serves no websockets
+            await send({"type": "websocket.close", "code": 1008})
+            return
+        request = Request(scope)
+        refused = await self._hosts.validate_request(request)
+        if refused is None and scope["path"].startswith("/.well-known/"):
+            # OAuth discovery probes (mcp-remote sends them): a clean "no OAuth here".
+            refused = JSONResponse({"error": "not_found"}, status_code=404)
+        if refused is None and self._token is not None and not self._authorized(request, self._token):
+            refused = _unauthorized()
+        if refused is not None:
+            await refused(scope, receive, send)
+            return
+        if self._token is not None:
+            # Who holds the token: per-client state of stateless (2026-07-28) requests is keyed by it.
+            scope[PRINCIPAL_SCOPE_KEY] = "bearer"
+        await self._app(scope, receive, send)
+
+    @staticmethod
+    def _authorized(request: Request, token: BearerToken) -> bool:
+        scheme, _, presented = request.headers.get("authorization", "").partition(" ")
+        return scheme.lower() == "bearer" and token.matches(presented.strip().encode("latin-1"))
+
+
+def _unauthorized() -> Response:
+    return JSONResponse(
+        {"error": "unauthorized", "message": "send the gateway's token as 'Authorization: Bearer <token>'"},
+        status_code=401,
+        headers={"WWW-Authenticate": 'Bearer realm="toolscore"'},
+    )

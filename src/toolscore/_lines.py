@@ -1,0 +1,114 @@
+"""Newline-delimited JSON-RPC framing with a size limit, in linear time.
+
+Both stdio ends of the gateway (the front, and each stdio downstream) read lines with this.
+`LineSplitter` is pure: bytes go in as they arrive; complete lines come out. `read_lines` drives
+it from a non-blocking file descriptor polled by the event loop (no worker threads). A line
+longer than the limit is never held: only its first KiB is kept (to find the id of the request
+it belongs to), and the rest is dropped up to the next newline. The newline search resumes where
+the last one stopped, so a long line costs one pass, not one pass per chunk.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import anyio
+import mcp_types
+
+__all__ = ["LineSplitter", "Oversized", "message_id", "read_lines", "write_lines"]
+
+_CHUNK = 1 << 16
+
+_HEAD = 1024
+_ID = re.compile(rb'"id"\s*:\s*(-?\d{1,18}|"[^"\\]{0,256}")')
+
+
+@dataclass(frozen=True, slots=True)
+class Oversized:
+    """A line that exceeded the limit and was dropped; `head` is its beginning."""
+
+    head: bytes
+
+
+class LineSplitter:
+    """Splits a byte stream into lines of at most `limit` bytes."""
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self._buffer = bytearray()
+        self._scanned = 0
+        self._skipping: bytes | None = None
+
+    def feed(self, chunk: bytes) -> list[bytes | Oversized]:
+        """The lines (without their newline, not stripped) and oversized lines `chunk` completes."""
+        out: list[bytes | Oversized] = []
+        if self._skipping is not None:
+            newline = chunk.find(b"\n")
+            if newline < 0:
+                return out
+            out.append(Oversized(self._skipping))
+            self._skipping, chunk = None, chunk[newline + 1 :]
+        buffer = self._buffer
+        buffer += chunk
+        start = 0
+        while (newline := buffer.find(b"\n", self._scanned)) >= 0:
+            out.append(bytes(buffer[start:newline]))
+            start = self._scanned = newline + 1
+        del buffer[:start]
+        self._scanned = len(buffer)
+        if len(buffer) > self._limit:
+            self._skipping = bytes(buffer[:_HEAD])
+            buffer.clear()
+            self._scanned = 0
+        return out
+
+    def finish(self) -> bytes | Oversized | None:
+        """At end of stream: the unterminated last line, if any."""
+        if self._skipping is not None:
+            return Oversized(self._skipping)
+        return bytes(self._buffer) if self._buffer.strip() else None
+
+
+def message_id(head: bytes) -> mcp_types.RequestId | None:
+    """The id of a JSON-RPC message that could not be read whole, if its first bytes show it."""
+    match = _ID.search(head)
+    return json.loads(match.group(1)) if match else None
+
+
+async def read_lines(fd: int, limit: int) -> AsyncIterator[bytes | Oversized]:
+    """Lines read from a non-blocking `fd` until end of file (or a read error)."""
+    splitter = LineSplitter(limit)
+    while True:
+        await anyio.wait_readable(fd)
+        try:
+            chunk = os.read(fd, _CHUNK)
+        except BlockingIOError:
+            continue
+        except OSError:
+            return
+        if not chunk:
+            last = splitter.finish()
+            if last is not None:
+                yield last
+            return
+        for line in splitter.feed(chunk):
+            yield line
+
+
+async def write_lines(fd: int, lines: AsyncIterator[bytes]) -> None:
+    """Write each line to a non-blocking `fd`, waiting while it is full; stop if the reader is gone."""
+    async for line in lines:
+        data = memoryview(line)
+        while data:
+            try:
+                written = os.write(fd, data)
+            except BlockingIOError:
+                await anyio.wait_writable(fd)
+                continue
+            except OSError:  # EPIPE: the other end closed; its reader's EOF ends the session
+                return
+            data = data[written:]

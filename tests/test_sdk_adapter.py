@@ -1,0 +1,34 @@
+"""The private parts of the mcp SDK that `toolscore._sdk` reaches are still where it expects them.
+
+If one of these fails after an SDK upgrade, fix `src/toolscore/_sdk.py` (and only it).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import mcp_types
+import pytest
+from mcp import Client
+from mcp.server import Server, ServerRequestContext
+from mcp.server.connection import Connection
+
+from toolscore._sdk import connection_of, send_raw_request
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_a_front_session_leads_to_its_connection_and_a_client_sends_raw_requests() -> None:
+    seen: list[Connection] = []
+
+    async def list_tools(
+        ctx: ServerRequestContext[Any], params: mcp_types.PaginatedRequestParams | None
+    ) -> mcp_types.ListToolsResult:
+        seen.append(connection_of(ctx.session))
+        return mcp_types.ListToolsResult(tools=[mcp_types.Tool(name="ok", input_schema={"type": "object"})])
+
+    server = Server("adapter", on_list_tools=list_tools)
+    async with Client(server, mode="legacy") as client:
+        raw = await send_raw_request(client, "tools/list", None)
+    assert raw["tools"][0]["name"] == "ok"
+    assert isinstance(seen[0], Connection) and seen[0].has_standalone_channel
