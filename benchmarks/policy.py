@@ -20,10 +20,10 @@ from typing import Any
 import anyio
 import mcp_types
 
-from toolscore import JsonlAuditSink, ToolExecutionEngine, parse_config
+from toolscore import EngineSettings, JsonlAuditSink, ToolExecutionEngine, parse_config
 from toolscore._logging import configure_logging
-from toolscore._policy import build_policy
-from toolscore._registry import build_registry
+from toolscore.downstream.registry import build_registry
+from toolscore.policy import build_policy
 
 SCHEMA = {
     "type": "object",
@@ -70,8 +70,8 @@ def engine(constraints: dict[str, Any], audit: Path) -> ToolExecutionEngine:
     return ToolExecutionEngine(
         tools=fake,
         call=fake,
-        config=config,
         audit=JsonlAuditSink(audit),
+        settings=EngineSettings.from_config(config),
         pre_hooks=policy.pre,
         wrap_hooks=policy.wrap,
         post_hooks=policy.post,

@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from toolscore import AuditRecord, JsonlAuditSink, read_audit
-from toolscore._audit_stats import compute_stats, parse_since
+from toolscore.audit.stats import compute_stats, parse_since
 
 
 def record(n: int) -> AuditRecord:

@@ -13,9 +13,10 @@ import mcp_types
 import pytest
 
 from tests.conftest import make_config
-from toolscore import ExecutionContext, MemoryAuditSink, ToolExecutionEngine
-from toolscore._registry import Registry, build_registry
+from toolscore import EngineSettings, ExecutionContext, MemoryAuditSink, ToolExecutionEngine
+from toolscore.downstream.registry import Registry, build_registry
 from toolscore.errors import Rejected
+from toolscore.testing import FakeDownstream, memory_config, running_gateway
 from toolscore.types import Arguments, ProgressFn
 
 pytestmark = pytest.mark.anyio
@@ -69,12 +70,10 @@ class Recorder:
         return result
 
 
-def engine(
-    servers: FakeServers, *, constraints: bool = True, **kwargs: Any
-) -> tuple[ToolExecutionEngine, MemoryAuditSink]:
+def engine(servers: FakeServers, **kwargs: Any) -> tuple[ToolExecutionEngine, MemoryAuditSink]:
     sink = MemoryAuditSink()
-    cfg = make_config({"srv": {"command": "x", "timeout": 5}}, constraints={"enabled": constraints})
-    return ToolExecutionEngine(tools=servers, call=servers, config=cfg, audit=sink, **kwargs), sink
+    settings = EngineSettings(server_timeouts={"srv": 5})
+    return ToolExecutionEngine(tools=servers, call=servers, audit=sink, settings=settings, **kwargs), sink
 
 
 async def test_phases_run_in_order_and_leave_one_audit_record() -> None:
@@ -82,7 +81,7 @@ async def test_phases_run_in_order_and_leave_one_audit_record() -> None:
     eng, sink = engine(servers, pre_hooks=[Recorder("pre", log)], post_hooks=[Recorder("post", log)])
     run = await eng.execute("srv__calc", {"n": 1}, request_id=7)
     assert log == ["pre:pre_execution", "post:post_execution"]
-    assert run.success
+    assert run.context.success and run.error is None
     assert servers.calls == [("calc", {"n": 1})]
     (record,) = sink.records
     assert (record.tool, record.server, record.remote_tool, record.phase) == (
@@ -98,11 +97,21 @@ async def test_phases_run_in_order_and_leave_one_audit_record() -> None:
     assert record.actual_tokens == 2 + 100  # {"n":1} is 7 chars, the result 400
 
 
-async def test_constraint_hooks_are_off_unless_enabled() -> None:
-    servers, log = FakeServers(), []
-    eng, _ = engine(servers, constraints=False, pre_hooks=[Recorder("pre", log, reject=True)])
-    assert (await eng.execute("srv__calc", {"n": 1})).success
-    assert log == []
+@pytest.mark.parametrize("enabled", [False, True])
+async def test_the_gateway_runs_constraint_hooks_only_when_enabled(enabled: bool) -> None:
+    log: list[str] = []
+    fake = FakeDownstream()
+
+    @fake.tool(schema=SCHEMA)
+    def calc(n: int) -> str:
+        return str(n)
+
+    config = memory_config(["srv"], constraints={"enabled": enabled})
+    hook = Recorder("pre", log, reject=True)
+    async with running_gateway({"srv": fake}, config=config, pre_hooks=[hook]) as (gateway, _):
+        run = await gateway.engine.execute("srv__calc", {"n": 1})
+    assert run.context.success is not enabled
+    assert log == (["pre:pre_execution"] if enabled else [])
 
 
 async def test_a_rejecting_hook_stops_the_call_before_the_downstream() -> None:

@@ -10,11 +10,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import make_config
-from toolscore._plan import Block, CallNode, PlanSyntaxError, parse_turn
-from toolscore._plan_check import PlanCheckError, check_plan, shorthand_table
-from toolscore._refs import Ref, RefError, RefSyntaxError, parse_template, resolve
-from toolscore._registry import build_registry
 from toolscore.config import PlanSettings, Shorthand
+from toolscore.downstream.registry import build_registry
+from toolscore.plan.check import PlanCheckError, check_plan, shorthand_table
+from toolscore.plan.parse import Block, CallNode, PlanSyntaxError, parse_turn
+from toolscore.plan.refs import Ref, RefError, RefSyntaxError, parse_template, resolve
 
 OBJ = {"type": "object"}
 

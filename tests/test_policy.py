@@ -16,8 +16,8 @@ from mcp import Client
 
 from tests.conftest import fixture_entry, make_config, running_gateway, text
 from toolscore import MemoryAuditSink
-from toolscore._redact import REDACTED
 from toolscore.errors import ConfigError
+from toolscore.policy.redact import REDACTED
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
 

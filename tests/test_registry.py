@@ -9,7 +9,7 @@ import mcp_types
 
 from tests.conftest import make_config
 from toolscore._naming import MAX_NAME_LENGTH, public_name
-from toolscore._registry import build_registry
+from toolscore.downstream.registry import build_registry
 
 SEP986 = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 

@@ -23,7 +23,7 @@ import functools
 import itertools
 import os
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -33,10 +33,10 @@ import anyio
 import mcp_types
 import structlog
 
-from toolscore._audit import AuditRecord, AuditSink
-from toolscore._registry import Route
 from toolscore._tokens import arguments_tokens, result_tokens
-from toolscore.config import Config
+from toolscore.audit.sinks import AuditRecord, AuditSink
+from toolscore.config import DEFAULT_SEPARATOR, DEFAULT_SLOW_CALL_SECONDS, DEFAULT_TIMEOUT, Config
+from toolscore.downstream.registry import Route
 from toolscore.errors import (
     CallTimeout,
     DownstreamUnavailable,
@@ -49,6 +49,8 @@ from toolscore.types import Arguments, CallDownstream, ProgressFn, ToolSource
 
 __all__ = [
     "DEFAULT_OUTPUT_TOKENS",
+    "CallOutcome",
+    "EngineSettings",
     "ExecutionContext",
     "ExecutionPhase",
     "PostExecutionHook",
@@ -210,6 +212,47 @@ def _describe_schema_error(err: Any) -> str:
     return f"{where or '(top level)'}: {err.message}"
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EngineSettings:
+    """What the engine needs to know of the configuration."""
+
+    default_timeout: float = DEFAULT_TIMEOUT
+    """Seconds a call may take when neither the call nor its server sets a deadline."""
+    server_timeouts: Mapping[str, float] = field(default_factory=dict)
+    """Per-server deadlines."""
+    separator: str = DEFAULT_SEPARATOR
+    """Between server and tool in exposed names (for the unknown-tool message)."""
+    slow_call_seconds: float = DEFAULT_SLOW_CALL_SECONDS
+    include_arguments: bool = False
+    """Audit argument values, not just their names."""
+
+    @classmethod
+    def from_config(cls, config: Config) -> EngineSettings:
+        """The engine's part of a servers.json."""
+        settings = config.settings
+        return cls(
+            default_timeout=settings.default_timeout,
+            server_timeouts={s.name: s.timeout for s in config.servers.values() if s.timeout is not None},
+            separator=settings.separator,
+            slow_call_seconds=settings.slow_call_seconds,
+            include_arguments=settings.audit.include_arguments,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class CallOutcome:
+    """What `execute` returns: the result for the client, and the finished context."""
+
+    result: mcp_types.CallToolResult
+    """Always set: the downstream's result, or an error result naming what went wrong."""
+    context: ExecutionContext
+
+    @property
+    def error(self) -> ToolscoreError | None:
+        """Why the gateway failed the call (None if a result came back, even an isError one)."""
+        return self.context.error
+
+
 class ToolExecutionEngine:
     """Runs every downstream call through the four phases and audits it."""
 
@@ -218,18 +261,27 @@ class ToolExecutionEngine:
         *,
         tools: ToolSource,
         call: CallDownstream,
-        config: Config,
         audit: AuditSink,
+        settings: EngineSettings | None = None,
         pre_hooks: Sequence[PreExecutionHook] = (),
         wrap_hooks: Sequence[WrapHook] = (),
         post_hooks: Sequence[PostExecutionHook] = (),
     ) -> None:
+        """Args:
+        tools: What the engine knows of the downstream servers (the registry, who is up).
+        call: The I/O seam: sends a call to a server.
+        audit: Receives one record per call.
+        settings: Deadlines, names and audit options (default: `EngineSettings()`).
+        pre_hooks: Constraint hooks (phase 2), in order.
+        wrap_hooks: Hooks around the downstream call (phase 3), the first outermost.
+        post_hooks: Hooks over the result (phase 4), in order.
+        """
         self._tools = tools
         self._call = call
-        self._config = config
+        self._settings = settings or EngineSettings()
         self._audit = audit
-        # Constraint hooks are behind the feature flag; the chain is fixed here, once.
-        self._pre: tuple[PreExecutionHook, ...] = tuple(pre_hooks) if config.constraints.enabled else ()
+        # The chains are fixed here, once: nothing is resolved per call.
+        self._pre: tuple[PreExecutionHook, ...] = tuple(pre_hooks)
         self._post: tuple[PostExecutionHook, ...] = tuple(post_hooks)
         self._execute_chain: CallNext = self._downstream
         for wrap in reversed(tuple(wrap_hooks)):  # built once: the first wrap is the outermost
@@ -247,7 +299,7 @@ class ToolExecutionEngine:
         progress: ProgressFn | None = None,
         session_id: str | None = None,
         confirm: ConfirmFn | None = None,
-    ) -> ExecutionContext:
+    ) -> CallOutcome:
         """Run one call; never raises for anything a model could cause.
 
         Args:
@@ -261,7 +313,7 @@ class ToolExecutionEngine:
             confirm: Asks the user a yes/no question, if the front client can.
 
         Returns:
-            The finished context; `ctx.result` is always set (an error result on failure).
+            The result (an error result on failure) and the finished context.
         """
         ctx = ExecutionContext(
             call_id=f"{_process_tag}-{next(_call_ids)}",
@@ -291,7 +343,8 @@ class ToolExecutionEngine:
             self._finish(ctx)
             raise
         self._finish(ctx)
-        return ctx
+        assert ctx.result is not None
+        return CallOutcome(ctx.result, ctx)
 
     async def _run(self, ctx: ExecutionContext, timeout: float | None) -> mcp_types.CallToolResult:
         # 1. pre-validation
@@ -312,7 +365,11 @@ class ToolExecutionEngine:
         # 3. execution, inside the wrap hooks
         if result is None:
             ctx.phase = ExecutionPhase.EXECUTION
-            ctx.timeout = timeout if timeout is not None else self._config.server_timeout(route.server)
+            ctx.timeout = (
+                timeout
+                if timeout is not None
+                else self._settings.server_timeouts.get(route.server, self._settings.default_timeout)
+            )
             result = await self._execute_chain(ctx)
 
         # 4. post-execution
@@ -350,7 +407,7 @@ class ToolExecutionEngine:
             known = ", ".join(registry.servers) or "none connected"
             raise ToolNotFound(
                 f"Unknown tool '{ctx.tool}'. Servers: {known}. Tools are named '<server>"
-                f"{self._config.settings.separator}<tool>'; list them with tools/list."
+                f"{self._settings.separator}<tool>'; list them with tools/list."
             )
         if (reason := self._tools.unavailable_reason(route.server)) is not None:
             raise DownstreamUnavailable(
@@ -364,7 +421,7 @@ class ToolExecutionEngine:
 
     def _finish(self, ctx: ExecutionContext) -> None:
         ctx.ended = time.perf_counter()
-        record = ctx.to_audit_record(include_arguments=self._config.settings.audit.include_arguments)
+        record = ctx.to_audit_record(include_arguments=self._settings.include_arguments)
         self._audit.write(record)
         fields = {
             "tool": ctx.tool,
@@ -373,8 +430,8 @@ class ToolExecutionEngine:
             "ok": record.success,
             "phase": record.phase,
         }
-        if ctx.duration >= self._config.settings.slow_call_seconds:
-            log.warning("slow call", threshold_s=self._config.settings.slow_call_seconds, **fields)
+        if ctx.duration >= self._settings.slow_call_seconds:
+            log.warning("slow call", threshold_s=self._settings.slow_call_seconds, **fields)
         elif record.error_kind is not None:
             log.info("call failed", error_kind=record.error_kind, error=record.error, **fields)
         else:

@@ -13,16 +13,17 @@ from typing import Any
 import anyio
 import mcp_types
 
-from toolscore._audit import AuditRecord, audit_files, read_audit
-from toolscore._audit_stats import compute_stats, parse_since
-from toolscore._gateway import Gateway, audit_path, open_gateway, serve_http, serve_stdio
-from toolscore._http_auth import TOKEN_ENV, HttpExposure, resolve_exposure
+from toolscore._gateway import Gateway, audit_path, open_gateway
 from toolscore._install import install_servers
 from toolscore._logging import configure_logging
-from toolscore._plan_tool import ORCHESTRATE
 from toolscore._version import __version__
+from toolscore.audit.sinks import AuditRecord, audit_files, read_audit
+from toolscore.audit.stats import compute_stats, parse_since
 from toolscore.config import Config, default_config_path, load_config
 from toolscore.errors import ConfigError
+from toolscore.front.http import TOKEN_ENV, HttpExposure, resolve_exposure
+from toolscore.front.serve import serve_http, serve_stdio
+from toolscore.plan.tool import ORCHESTRATE
 
 __all__ = ["main"]
 
@@ -164,10 +165,14 @@ def _http_exposure(args: argparse.Namespace, config: Config) -> HttpExposure | N
 async def _run(args: argparse.Namespace, config: Config, exposure: HttpExposure | None) -> int:
     async with open_gateway(config) as gw:
         if args.command == "serve":
+            limit = config.settings.max_request_bytes
             if exposure is not None:
-                await serve_http(gw, host=args.host, port=args.port, exposure=exposure)
+                banner = f"{len(gw.hub.registry.routes)} tools from {len(gw.hub.registry.servers)} server(s)"
+                await serve_http(
+                    gw.server, host=args.host, port=args.port, exposure=exposure, max_request_bytes=limit, banner=banner
+                )
             else:
-                await serve_stdio(gw)
+                await serve_stdio(gw.server, max_request_bytes=limit)
             return 0
         if args.command == "check":
             return await _check(gw, args.json)

@@ -230,7 +230,9 @@ class ServerConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="allow")
 
     name: str
-    type: Literal["stdio", "http", "streamable-http", "streamableHttp", "sse"] | None = None
+    type: Literal["stdio", "http", "streamable-http", "streamableHttp", "sse", "memory"] | None = None
+    """How to reach it; inferred from `command`/`url`. `memory`: an SDK server the embedding program
+    runs in process (`open_gateway(memory_servers=...)`, `toolscore.testing`)."""
     command: str | None = None
     args: tuple[str, ...] = ()
     env: dict[str, str] = Field(default_factory=dict)
@@ -273,6 +275,10 @@ class ServerConfig(BaseModel):
 
     @model_validator(mode="after")
     def _one_transport(self) -> ServerConfig:
+        if self.type == "memory":
+            if self.command is not None or self.url is not None:
+                raise ValueError("type 'memory' takes neither 'command' nor 'url'")
+            return self
         if self.command is None and self.url is None:
             raise ValueError("needs either 'command' (stdio) or 'url' (http/sse)")
         if self.command is not None and self.url is not None:
@@ -284,8 +290,10 @@ class ServerConfig(BaseModel):
         return self
 
     @property
-    def transport(self) -> Literal["stdio", "http", "sse"]:
+    def transport(self) -> Literal["stdio", "http", "sse", "memory"]:
         """The transport in use, normalised over the spellings different clients write."""
+        if self.type == "memory":
+            return "memory"
         if self.command is not None:
             return "stdio"
         return "sse" if self.type == "sse" else "http"

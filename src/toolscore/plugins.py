@@ -11,16 +11,19 @@ and is turned on in servers.json, in order::
         {"name": "max_text", "mode": "enforce", "options": {"limit": 1000}}]}
 
 The entry point is a factory (usually a class) called with the `options` object. What it returns
-may define either or both of::
+may define any of::
 
     async def pre(self, ctx: ExecutionContext) -> CallToolResult | None: ...
+    async def wrap(self, ctx: ExecutionContext, call_next: CallNext) -> CallToolResult: ...
     async def post(self, ctx: ExecutionContext, result: CallToolResult) -> CallToolResult: ...
 
 `pre` runs with the built-in rules, before the call: raise `toolscore.errors.Rejected` to refuse
-it, return a result to answer in its place, or return None. `post` sees, and may replace, the
-result. A deliberate `Rejected` always refuses; any *other* exception is a failure of the hook:
-in `enforce` mode it refuses the call (fail closed), in `permissive` mode it is logged and the
-call goes on (fail open). Plugins are loaded and composed once, at start-up.
+it, return a result to answer in its place, or return None. `wrap` runs around the downstream
+call, inside the built-in wraps (caching, timing, retries: `return await call_next(ctx)` makes
+the call). `post` sees, and may replace, the result. A deliberate `Rejected` always refuses; any
+*other* exception is a failure of the hook: in `enforce` mode it refuses the call (fail closed), in
+`permissive` mode it is logged and the call goes on (fail open); a wrap's failure after it made the
+call is the call's own. Plugins are loaded and composed once, at start-up.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from typing import Any
 import mcp_types
 import structlog
 
-from toolscore._engine import ExecutionContext, PostExecutionHook, PreExecutionHook
+from toolscore._engine import CallNext, ExecutionContext, PostExecutionHook, PreExecutionHook, WrapHook
 from toolscore.config import PluginConfig
 from toolscore.errors import ConfigError, Rejected
 
@@ -64,6 +67,31 @@ class _PluginPre:
             return None
 
 
+class _PluginWrap:
+    def __init__(self, name: str, plugin: Any, enforce: bool) -> None:
+        self.name = name
+        self._wrap = plugin.wrap
+        self._enforce = enforce
+
+    async def __call__(self, ctx: ExecutionContext, call_next: CallNext) -> mcp_types.CallToolResult:
+        called = False
+
+        async def proceed(inner: ExecutionContext) -> mcp_types.CallToolResult:
+            nonlocal called
+            called = True
+            return await call_next(inner)
+
+        try:
+            return await self._wrap(ctx, proceed)
+        except Rejected:
+            raise
+        except Exception as exc:
+            if called:  # the downstream's own failure, or the plugin's after it: not the hook's to judge
+                raise
+            _failed(self.name, self._enforce, exc)
+            return await call_next(ctx)
+
+
 class _PluginPost:
     def __init__(self, name: str, plugin: Any, enforce: bool) -> None:
         self.name = name
@@ -82,7 +110,7 @@ class _PluginPost:
 
 def load_plugins(
     plugins: tuple[PluginConfig, ...], *, source: str | None = None
-) -> tuple[list[PreExecutionHook], list[PostExecutionHook]]:
+) -> tuple[list[PreExecutionHook], list[WrapHook], list[PostExecutionHook]]:
     """Load and wrap the configured plugins, in order.
 
     Raises:
@@ -90,6 +118,7 @@ def load_plugins(
     """
     available = {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
     pre: list[PreExecutionHook] = []
+    wrap: list[WrapHook] = []
     post: list[PostExecutionHook] = []
     for n, cfg in enumerate(plugins):
         field = f"constraints.plugins[{n}]"
@@ -111,8 +140,10 @@ def load_plugins(
         enforce = cfg.mode == "enforce"
         if hasattr(plugin, "pre"):
             pre.append(_PluginPre(cfg.name, plugin, enforce))
+        if hasattr(plugin, "wrap"):
+            wrap.append(_PluginWrap(cfg.name, plugin, enforce))
         if hasattr(plugin, "post"):
             post.append(_PluginPost(cfg.name, plugin, enforce))
-        if not hasattr(plugin, "pre") and not hasattr(plugin, "post"):
-            raise ConfigError(f"plugin '{cfg.name}' defines neither pre() nor post()", path=source, field=field)
-    return pre, post
+        if not any(hasattr(plugin, hook) for hook in ("pre", "wrap", "post")):
+            raise ConfigError(f"plugin '{cfg.name}' defines none of pre(), wrap(), post()", path=source, field=field)
+    return pre, wrap, post

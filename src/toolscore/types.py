@@ -7,7 +7,7 @@ from typing import Any, Protocol
 
 import mcp_types
 
-from toolscore._registry import Registry
+from toolscore.downstream.registry import Registry
 
 __all__ = ["Arguments", "CallDownstream", "ProgressFn", "ToolSource"]
 

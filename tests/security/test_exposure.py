@@ -24,8 +24,8 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from tests.conftest import fixture_entry, free_port
-from toolscore._http_auth import is_loopback, resolve_exposure
 from toolscore.config import HttpSettings
+from toolscore.front.http import is_loopback, resolve_exposure
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
 

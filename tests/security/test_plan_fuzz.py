@@ -25,10 +25,10 @@ from mcp import Client
 
 from tests.conftest import fixture_entry, make_config, running_gateway
 from tests.security.test_plan_hardening import SHAPES
-from toolscore._plan import PlanProblem, PlanSyntaxError, parse_turn
-from toolscore._plan_check import CheckedPlan, PlanCheckError, check_plan, shorthand_table
-from toolscore._registry import build_registry
 from toolscore.config import PlanSettings, Shorthand
+from toolscore.downstream.registry import build_registry
+from toolscore.plan.check import CheckedPlan, PlanCheckError, check_plan, shorthand_table
+from toolscore.plan.parse import PlanProblem, PlanSyntaxError, parse_turn
 
 pytestmark = pytest.mark.anyio
 

@@ -21,11 +21,11 @@ from pydantic import ValidationError
 
 from tests.conftest import fixture_entry, make_config, running_gateway, text
 from toolscore import Gateway, MemoryAuditSink
-from toolscore._plan import MAX_JSON_DEPTH, PlanSyntaxError, parse_turn
-from toolscore._plan_check import CheckedPlan, PlanCheckError, check_plan, shorthand_table
-from toolscore._refs import RefError, RefSyntaxError, parse_template, repair_mustache, resolve
-from toolscore._registry import build_registry
 from toolscore.config import PlanSettings, Shorthand
+from toolscore.downstream.registry import build_registry
+from toolscore.plan.check import CheckedPlan, PlanCheckError, check_plan, shorthand_table
+from toolscore.plan.parse import MAX_JSON_DEPTH, PlanSyntaxError, parse_turn
+from toolscore.plan.refs import RefError, RefSyntaxError, parse_template, repair_mustache, resolve
 
 pytestmark = pytest.mark.anyio
 

@@ -22,9 +22,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from toolscore._callers import PRINCIPAL_SCOPE_KEY
 from toolscore.config import HttpSettings
 from toolscore.errors import ConfigError
+from toolscore.front.callers import PRINCIPAL_SCOPE_KEY
 
 __all__ = ["TOKEN_ENV", "BearerToken", "HttpExposure", "HttpGuard", "is_loopback", "resolve_exposure"]
 

@@ -33,9 +33,9 @@ import anyio
 import mcp_types
 
 from toolscore._engine import ToolExecutionEngine
-from toolscore._plan import Block
-from toolscore._plan_check import CheckedBlock, CheckedCall, CheckedNode, CheckedPlan
-from toolscore._refs import RefError, resolve
+from toolscore.plan.check import CheckedBlock, CheckedCall, CheckedNode, CheckedPlan
+from toolscore.plan.parse import Block
+from toolscore.plan.refs import RefError, resolve
 from toolscore.types import ProgressFn
 
 __all__ = ["BlockOutcome", "Episode", "PlanRunner", "Status", "StepRecord"]
@@ -297,7 +297,6 @@ class PlanRunner:
                     session_id=self._caller,
                 )
             result = run.result
-            assert result is not None
             record.result = result
             record.text = _text_of(result)
             record.json = _json_of(result, record.text)

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 from xml.sax.saxutils import escape, quoteattr
 
-from toolscore._orchestrate import BlockOutcome, StepRecord
-from toolscore._plan import PlanProblem
+from toolscore.plan.parse import PlanProblem
+from toolscore.plan.run import BlockOutcome, StepRecord
 
 __all__ = ["View", "render_plan_errors", "render_results", "view_of"]
 

@@ -14,13 +14,13 @@ from typing import Any
 import anyio
 import mcp_types
 
-from toolscore._audit import AuditRecord, AuditSink
 from toolscore._engine import ToolExecutionEngine, error_result
-from toolscore._orchestrate import Episode, PlanRunner
-from toolscore._plan import ParsedTurn, PlanProblem, PlanSyntaxError, parse_turn
-from toolscore._plan_check import CheckedBlock, CheckedCall, CheckedPlan, PlanCheckError, check_plan, shorthand_table
-from toolscore._results import render_plan_errors, render_results
+from toolscore.audit.sinks import AuditRecord, AuditSink
 from toolscore.config import Config
+from toolscore.plan.check import CheckedBlock, CheckedCall, CheckedPlan, PlanCheckError, check_plan, shorthand_table
+from toolscore.plan.parse import ParsedTurn, PlanProblem, PlanSyntaxError, parse_turn
+from toolscore.plan.run import Episode, PlanRunner
+from toolscore.plan.transcript import render_plan_errors, render_results
 from toolscore.types import ProgressFn, ToolSource
 
 __all__ = ["ORCHESTRATE", "Orchestrator"]

@@ -23,10 +23,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from toolscore._plan import Block, CallNode, ParsedTurn, PlanProblem
-from toolscore._refs import Ref, RefSyntaxError, contains_ref, find_refs, repair_mustache
-from toolscore._registry import Registry, Route
 from toolscore.config import PlanSettings, Shorthand
+from toolscore.downstream.registry import Registry, Route
+from toolscore.plan.parse import Block, CallNode, ParsedTurn, PlanProblem
+from toolscore.plan.refs import Ref, RefSyntaxError, contains_ref, find_refs, repair_mustache
 
 __all__ = ["CheckedBlock", "CheckedCall", "CheckedNode", "CheckedPlan", "PlanCheckError", "check_plan"]
 

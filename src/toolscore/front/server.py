@@ -18,14 +18,14 @@ from mcp.server.session import ServerSession
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
 from mcp.shared.message import ServerMessageMetadata
 
-from toolscore._callers import Callers
 from toolscore._engine import ConfirmFn, ToolExecutionEngine, error_result
-from toolscore._hub import DownstreamHub
 from toolscore._json import scrub_unpaired_surrogates
-from toolscore._plan_tool import ORCHESTRATE, Orchestrator
 from toolscore._sdk import connection_of
 from toolscore._version import __version__
+from toolscore.downstream.hub import DownstreamHub
 from toolscore.errors import Rejected
+from toolscore.front.callers import Callers
+from toolscore.plan.tool import ORCHESTRATE, Orchestrator
 from toolscore.types import ProgressFn
 
 __all__ = ["FrontServer", "build_server"]
@@ -132,7 +132,6 @@ def build_server(
         except Exception:
             log.exception("internal error", tool=params.name)
             return error_result(f"Error executing tool {params.name}: internal gateway error (see the gateway log).")
-        assert run.result is not None
         return run.result
 
     def input_schema(name: str) -> dict[str, Any] | None:

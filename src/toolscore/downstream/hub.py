@@ -10,20 +10,23 @@ the least recently used one with no call in flight is stopped, and one unused fo
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import anyio
 import mcp_types
 import structlog
 from anyio.abc import TaskGroup
+from mcp.server import Server
 
-from toolscore._downstream import Downstream, ServerStatus
-from toolscore._registry import Registry, build_registry
 from toolscore.config import Config, ServerConfig
-from toolscore.errors import DownstreamUnavailable
+from toolscore.downstream.connection import Downstream, ServerStatus
+from toolscore.downstream.registry import Registry, build_registry
+from toolscore.downstream.transports import MemoryTransport, Transport, transport_for
+from toolscore.errors import DownstreamUnavailable, UsageError
 from toolscore.types import Arguments, ProgressFn
 
 __all__ = ["DownstreamHub", "open_hub"]
@@ -51,10 +54,13 @@ class _Instance:
 class DownstreamHub:
     """Owns the downstream connections and the registry built from their tools."""
 
-    def __init__(self, config: Config, *, log_dir: Path | None) -> None:
+    def __init__(
+        self, config: Config, *, log_dir: Path | None, memory_servers: Mapping[str, Server[Any]] | None = None
+    ) -> None:
         self.config = config
         self.registry: Registry = Registry()
         self._log_dir = log_dir
+        self._memory_servers = dict(memory_servers or {})
         self._listeners: list[ToolsChangedListener] = []
         self._closing = False
         self._problems: set[str] = set()
@@ -69,12 +75,23 @@ class DownstreamHub:
     def _downstream(
         self, server: ServerConfig, *, on_tools_changed: ToolsChangedListener, label: str | None = None
     ) -> Downstream:
+        transport: Transport
+        if server.name in self._memory_servers:
+            transport = MemoryTransport(self._memory_servers[server.name])
+        elif server.transport == "memory":
+            raise UsageError(f"server '{server.name}' is of type 'memory': pass it in memory_servers")
+        else:
+            transport = transport_for(
+                server,
+                log_dir=self._log_dir,
+                max_message_bytes=self.config.settings.max_result_bytes,
+                label=label or server.name,
+            )
         return Downstream(
             server,
+            transport,
             connect_timeout=self.config.server_connect_timeout(server.name),
-            log_dir=self._log_dir,
             on_tools_changed=on_tools_changed,
-            max_message_bytes=self.config.settings.max_result_bytes,
             label=label,
         )
 
@@ -208,13 +225,19 @@ class DownstreamHub:
 
 
 @asynccontextmanager
-async def open_hub(config: Config, *, log_dir: Path | None = None) -> AsyncIterator[DownstreamHub]:
+async def open_hub(
+    config: Config, *, log_dir: Path | None = None, memory_servers: Mapping[str, Server[Any]] | None = None
+) -> AsyncIterator[DownstreamHub]:
     """Start every enabled server concurrently; yield once each has connected or failed once.
 
     Startup takes about as long as the slowest server (bounded by its connect timeout), not the
     sum. On exit every connection is closed and every stdio child reaped.
+
+    Args:
+        memory_servers: SDK servers run in this process, by server name: they replace what the
+            config says of how to reach those servers (tests, embedding).
     """
-    hub = DownstreamHub(config, log_dir=log_dir)
+    hub = DownstreamHub(config, log_dir=log_dir, memory_servers=memory_servers)
     async with anyio.create_task_group() as tg:
         hub._task_group = tg
         for downstream in hub.downstreams.values():

@@ -13,15 +13,13 @@ failing server never breaks the others or the gateway.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from enum import StrEnum
-from pathlib import Path
 from types import TracebackType
-from typing import IO, Any, Self
+from typing import Any, Self
 
 import anyio
 import httpx2
@@ -29,15 +27,13 @@ import mcp_types
 import structlog
 from mcp import Client, MCPError
 from mcp.client.session import IncomingMessage
-from mcp.client.sse import sse_client
-from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.message import SessionMessage
 from pydantic import BaseModel, Field, ValidationError
 
-from toolscore._child import ChildProcess, spawn_stdio
 from toolscore._sdk import ReadStream, WriteStream, send_raw_request
 from toolscore._version import __version__
-from toolscore.config import DEFAULT_MAX_RESULT_BYTES, ServerConfig
+from toolscore.config import ServerConfig
+from toolscore.downstream.transports import Transport
 from toolscore.errors import DownstreamProtocolError, DownstreamUnavailable
 from toolscore.types import Arguments, ProgressFn
 
@@ -128,12 +124,6 @@ async def _watched(
         lost.set()
 
 
-@asynccontextmanager
-async def _already_open(streams: Any) -> AsyncIterator[Any]:
-    """A transport opened earlier (and closed by its own exit stack), as `Client` takes one."""
-    yield streams
-
-
 def _describe(exc: BaseException) -> str:
     """One line for an exception, unwrapping the groups task groups raise."""
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
@@ -154,25 +144,22 @@ class Downstream:
     def __init__(
         self,
         config: ServerConfig,
+        transport: Transport,
         *,
         connect_timeout: float,
-        log_dir: Path | None,
         on_tools_changed: Callable[[], Awaitable[None]],
-        max_message_bytes: int = DEFAULT_MAX_RESULT_BYTES,
         label: str | None = None,
     ) -> None:
         """Args:
-        max_message_bytes: The largest message accepted from the server.
+        transport: How each connection is opened.
         label: How logs name this connection (default: the server name).
         """
         self.config = config
         self.name = config.name
         self.label = label or config.name
+        self.transport = transport
         self._connect_timeout = connect_timeout
-        self._log_dir = log_dir
         self._on_tools_changed = on_tools_changed
-        self._max_message_bytes = max_message_bytes
-        self._child: ChildProcess | None = None
         self._probing = False
         self.state = ServerState.STARTING
         self.tools: tuple[mcp_types.Tool, ...] = ()
@@ -189,12 +176,12 @@ class Downstream:
     @property
     def pid(self) -> int | None:
         """The process id of a connected stdio server (None for HTTP, or while down)."""
-        return self._child.pid if self._child is not None else None
+        return self.transport.pid
 
     def status(self) -> ServerStatus:
         """A snapshot of this server's state."""
         return ServerStatus(
-            self.name, self.config.transport, self.state, len(self.tools), self.start_seconds, self.error, self.connects
+            self.name, self.transport.kind, self.state, len(self.tools), self.start_seconds, self.error, self.connects
         )
 
     def unavailable_reason(self) -> str | None:
@@ -259,9 +246,7 @@ class Downstream:
             return
         log.warning("restarting server", server=self.label, reason=reason)
         self.error = reason
-        child = self._child
-        if child is not None:
-            child.kill()  # SIGKILL reaches even a stopped or spinning process
+        self.transport.kill()
         self._lost.set()
 
     async def check_after_timeout(self) -> None:
@@ -293,24 +278,22 @@ class Downstream:
     async def run(self) -> None:
         """Connect, serve, and reconnect with backoff; returns only when cancelled."""
         delay = BACKOFF_INITIAL
-        errlog = self._open_errlog()
         try:
             while True:
                 began = time.monotonic()
-                await self._connect_once(errlog)
+                await self._connect_once()
                 if time.monotonic() - began > BACKOFF_MAX:
                     delay = BACKOFF_INITIAL  # it had been up a while: this is a fresh failure
                 log.warning("server down", server=self.label, error=self.error, retry_in_s=delay)
                 await anyio.sleep(delay)
                 delay = min(delay * 2, BACKOFF_MAX)
         finally:
-            if errlog is not None:
-                errlog.close()
+            self.transport.close()
 
-    async def _connect_once(self, errlog: IO[str] | None) -> None:
+    async def _connect_once(self) -> None:
         ready = anyio.Event()
         async with anyio.create_task_group() as tg:
-            tg.start_soon(self._session, errlog, ready)
+            tg.start_soon(self._session, ready)
             with anyio.move_on_after(self._connect_timeout):
                 await ready.wait()
             if not ready.is_set():
@@ -318,15 +301,14 @@ class Downstream:
                 tg.cancel_scope.cancel()
             self.first_attempt.set()
 
-    async def _session(self, errlog: IO[str] | None, ready: anyio.Event) -> None:
+    async def _session(self, ready: anyio.Event) -> None:
         self._lost = lost = anyio.Event()
         began = time.perf_counter()
         try:
             async with AsyncExitStack() as stack:
-                transport = await self._transport(stack, errlog)
                 client = await stack.enter_async_context(
                     Client(
-                        _watched(transport, lost),
+                        _watched(self.transport.connect(), lost),
                         mode="legacy",
                         cache=None,
                         client_info=_CLIENT_INFO,
@@ -404,41 +386,3 @@ class Downstream:
             if cursor is None:
                 break
         return tuple(tools)
-
-    async def _transport(self, stack: AsyncExitStack, errlog: IO[str] | None) -> Any:
-        cfg = self.config
-        if cfg.transport == "stdio":
-            assert cfg.command is not None
-            started: list[ChildProcess] = []
-            transport = await stack.enter_async_context(
-                spawn_stdio(
-                    cfg.command,
-                    cfg.args,
-                    env=cfg.env,
-                    cwd=cfg.cwd,
-                    errlog=errlog,
-                    max_message_bytes=self._max_message_bytes,
-                    server=self.label,
-                    started=started,
-                )
-            )
-            self._child = started[0]
-            stack.callback(setattr, self, "_child", None)
-            return _already_open(transport)
-        assert cfg.url is not None
-        if cfg.transport == "sse":
-            return sse_client(cfg.url, headers=cfg.headers or None)
-        http = await stack.enter_async_context(
-            httpx2.AsyncClient(headers=cfg.headers, timeout=httpx2.Timeout(30.0, read=300.0))
-        )
-        return streamable_http_client(cfg.url, http_client=http)
-
-    def _open_errlog(self) -> IO[str] | None:
-        if self._log_dir is None or self.config.transport != "stdio":
-            return None
-        self._log_dir.mkdir(parents=True, exist_ok=True)
-        path = self._log_dir / f"{self.name}.log"
-        # Line-buffered append: the child writes to the file descriptor directly.
-        fh = open(path, "a", buffering=1, encoding="utf-8")  # noqa: SIM115 - closed in run()
-        fh.write(f"--- toolscore: starting '{self.name}' (pid {os.getpid()}) ---\n")
-        return fh

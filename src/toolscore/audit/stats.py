@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from toolscore._audit import AuditRecord
+from toolscore.audit.sinks import AuditRecord
 
 __all__ = ["AuditStats", "ToolStats", "compute_stats", "parse_since"]
 

@@ -32,14 +32,8 @@ from typing import Any
 import anyio
 import mcp_types
 
-from toolscore._audit import AuditRecord, AuditSink
 from toolscore._engine import CallNext, ExecutionContext, PostExecutionHook, PreExecutionHook, WrapHook
-from toolscore._paths import Confinement, names_path
-from toolscore._plan import PlanProblem
-from toolscore._plan_check import CheckedPlan
-from toolscore._redact import Redactor
-from toolscore._refs import contains_ref
-from toolscore._registry import Route
+from toolscore.audit.sinks import AuditRecord, AuditSink
 from toolscore.config import (
     ArgumentRules,
     Config,
@@ -49,8 +43,14 @@ from toolscore.config import (
     ServerConstraints,
     ToolRules,
 )
+from toolscore.downstream.registry import Route
 from toolscore.errors import Rejected
+from toolscore.plan.check import CheckedPlan
+from toolscore.plan.parse import PlanProblem
+from toolscore.plan.refs import contains_ref
 from toolscore.plugins import load_plugins
+from toolscore.policy.paths import Confinement, names_path
+from toolscore.policy.redact import Redactor
 
 __all__ = ["Policy", "RedactingAuditSink", "build_policy"]
 
@@ -439,8 +439,11 @@ def build_policy(config: Config) -> Policy:
     if constraints.batching:
         pre.append(_MarkBatchable())
         wrap.insert(0, _SingleFlight())  # outside the cap: a batched call takes no slot
-    plugin_pre, plugin_post = load_plugins(constraints.plugins, source=str(config.path) if config.path else None)
+    plugin_pre, plugin_wrap, plugin_post = load_plugins(
+        constraints.plugins, source=str(config.path) if config.path else None
+    )
     pre.extend(plugin_pre)
+    wrap.extend(plugin_wrap)  # inside the built-in wraps: a plugin sees only calls that will run
     post: list[PostExecutionHook] = [*plugin_post, _ResultRules(rules)]
     redactor = Redactor(constraints.results.redact_patterns) if constraints.results.redact else None
     return Policy(tuple(pre), tuple(wrap), tuple(post), rules, redactor)

@@ -1,0 +1,107 @@
+"""Running the front server: on stdin/stdout for one client, or on streamable HTTP for many."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import sys
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager
+
+import anyio
+import structlog
+import uvicorn
+from mcp.server.stdio import stdio_server
+
+from toolscore.front.http import HttpExposure, HttpGuard
+from toolscore.front.server import FrontServer
+from toolscore.front.stdio import pollable, stdio_transport
+
+__all__ = ["serve_http", "serve_stdio"]
+
+log = structlog.get_logger("toolscore")
+
+
+@asynccontextmanager
+async def _stop_on_signals(stop: Callable[[], None]) -> AsyncIterator[None]:
+    """Call `stop` on the first SIGTERM or SIGINT received inside the block."""
+    async with anyio.create_task_group() as tg:
+
+        async def watch() -> None:
+            with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                async for signum in signals:
+                    log.info("stopping", signal=signal.Signals(signum).name)
+                    stop()
+                    return
+
+        tg.start_soon(watch)
+        yield
+        tg.cancel_scope.cancel()
+
+
+async def serve_stdio(server: FrontServer, *, max_request_bytes: int) -> None:
+    """Serve one client on stdin/stdout until stdin closes or SIGTERM/SIGINT arrives."""
+    # stdin redirected from a regular file cannot be polled: the SDK's threaded transport then.
+    transport = stdio_transport(max_request_bytes=max_request_bytes) if pollable(0) else stdio_server()
+    with anyio.CancelScope() as scope:
+        async with _stop_on_signals(scope.cancel), transport as (read, write):
+            await server.run(read, write, server.create_initialization_options())
+
+
+class _UvicornServer(uvicorn.Server):
+    """uvicorn without its own signal handling.
+
+    uvicorn re-raises a captured SIGTERM after its shutdown, which would kill the process before
+    the gateway closes its downstream servers; toolscore handles the signals itself.
+    """
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+async def serve_http(
+    server: FrontServer,
+    *,
+    host: str,
+    port: int,
+    exposure: HttpExposure,
+    max_request_bytes: int,
+    banner: str = "",
+) -> None:
+    """Serve streamable HTTP on `http(s)://host:port/mcp` until SIGTERM/SIGINT.
+
+    Args:
+        server: The front server.
+        host: The bind address.
+        port: The port.
+        exposure: The checked token, allow-lists and TLS (`resolve_exposure`).
+        max_request_bytes: The largest request body.
+        banner: What is served, for the start-up line (e.g. "69 tools from 6 server(s)").
+    """
+    app = server.streamable_http_app(
+        host=host, transport_security=exposure.security, max_request_body_size=max_request_bytes
+    )
+    guarded = HttpGuard(app, security=exposure.security, token=exposure.token)
+    config = uvicorn.Config(
+        guarded,
+        host=host,
+        port=port,
+        log_level="warning",
+        lifespan="on",
+        ssl_certfile=exposure.tls_cert,
+        ssl_keyfile=exposure.tls_key,
+    )
+    uvicorn_server = _UvicornServer(config)
+
+    def stop() -> None:
+        uvicorn_server.should_exit = True
+
+    # Said on stderr whatever the log level: a person started this in a terminal.
+    if warning := exposure.warning(host):
+        sys.stderr.write(f"toolscore: warning: {warning}\n")
+    where = f"[{host}]" if ":" in host else host
+    serving = f"serving {banner} on" if banner else "serving on"
+    sys.stderr.write(f"toolscore: {serving} {exposure.scheme}://{where}:{port}/mcp (Ctrl-C stops)\n")
+    async with _stop_on_signals(stop):
+        await uvicorn_server.serve()
