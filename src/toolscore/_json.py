@@ -7,15 +7,33 @@ fail. Everything that goes back to a client and holds model-written text is chec
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
 from pydantic_core import PydanticSerializationError
 
-__all__ = ["iter_strings", "map_strings", "scrub_unpaired_surrogates", "unpaired_surrogate_free"]
+__all__ = [
+    "JsonPath",
+    "format_path",
+    "iter_strings",
+    "map_strings",
+    "map_strings_at",
+    "scrub_unpaired_surrogates",
+    "unpaired_surrogate_free",
+]
 
 M = TypeVar("M", bound=BaseModel)
+JsonPath = tuple[str | int, ...]
+"""Where a value sits in a JSON document: object keys and array indices from the top."""
+
+
+def format_path(path: Sequence[str | int], *, top: str = "(top level)") -> str:
+    """`a.b[0].c`: how every message names a place in arguments or a config file."""
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or top
 
 
 def iter_strings(value: Any, *, keys: bool = False) -> Iterator[str]:
@@ -33,14 +51,28 @@ def iter_strings(value: Any, *, keys: bool = False) -> Iterator[str]:
             stack.extend(reversed(item))
 
 
-def map_strings(value: Any, fn: Callable[[str], str]) -> Any:
-    """A copy of a JSON value with `fn` applied to every string value (keys are left alone)."""
+def map_strings(value: Any, fn: Callable[[str], Any]) -> Any:
+    """A copy of a JSON value with every string value replaced by `fn(string)` (keys are left alone).
+
+    `fn` may return any JSON value: a reference that is a whole string becomes a typed value.
+    """
     if isinstance(value, str):
         return fn(value)
     if isinstance(value, dict):
         return {key: map_strings(item, fn) for key, item in value.items()}
     if isinstance(value, list):
         return [map_strings(item, fn) for item in value]
+    return value
+
+
+def map_strings_at(value: Any, fn: Callable[[str, JsonPath], Any], path: JsonPath = ()) -> Any:
+    """`map_strings`, with each string's place passed to `fn` (for messages that name it)."""
+    if isinstance(value, str):
+        return fn(value, path)
+    if isinstance(value, dict):
+        return {key: map_strings_at(item, fn, (*path, key)) for key, item in value.items()}
+    if isinstance(value, list):
+        return [map_strings_at(item, fn, (*path, n)) for n, item in enumerate(value)]
     return value
 
 

@@ -7,9 +7,15 @@ ToolscoreError
 ├── InvalidArguments             the model's arguments fail the tool's inputSchema
 ├── Rejected                     a constraint hook refused the call: hook name + reason
 ├── CallTimeout                  the call ran past its deadline and was cancelled downstream
-└── DownstreamError
-    ├── DownstreamUnavailable    spawn / connect failed, the server is down or went away
-    └── DownstreamProtocolError  the downstream answered with a JSON-RPC error or broke MCP
+├── DownstreamError
+│   ├── DownstreamUnavailable    spawn / connect failed, the server is down or went away
+│   └── DownstreamProtocolError  the downstream answered with a JSON-RPC error or broke MCP
+├── PlanError                    an `orchestrate` plan cannot run: every PlanProblem found
+│   ├── PlanSyntaxError          the text does not parse (tags, attributes, JSON, characters)
+│   └── PlanCheckError           it parses, but names unknown tools, bad references, breaks policy
+└── PlanReferenceError           a `${...}` in a plan
+    ├── RefSyntaxError           is not a reference (found while checking: a plan problem)
+    └── RefError                 does not resolve when its step runs (that step's `ref_error`)
 UsageError(ToolscoreError, RuntimeError)   our API misused by a developer
 ```
 
@@ -19,6 +25,9 @@ server; nothing here ever reaches a client as a traceback.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
+
 __all__ = [
     "CallTimeout",
     "ConfigError",
@@ -26,6 +35,13 @@ __all__ = [
     "DownstreamProtocolError",
     "DownstreamUnavailable",
     "InvalidArguments",
+    "PlanCheckError",
+    "PlanError",
+    "PlanProblem",
+    "PlanReferenceError",
+    "PlanSyntaxError",
+    "RefError",
+    "RefSyntaxError",
     "Rejected",
     "ToolNotFound",
     "ToolscoreError",
@@ -107,6 +123,51 @@ class DownstreamProtocolError(DownstreamError):
     """The server answered with a JSON-RPC error or a malformed result."""
 
     kind = "protocol"
+
+
+@dataclass(frozen=True, slots=True)
+class PlanProblem:
+    """One reason a plan cannot run, with a stable `code` and where it is."""
+
+    code: str
+    message: str
+    step: int | None = None
+    tag: str | None = None
+    id: str | None = None
+    ref: str | None = None
+    line: int | None = None
+
+
+class PlanError(ToolscoreError):
+    """A plan that may not run; carries every problem found, not just the first."""
+
+    kind = "plan_error"
+
+    def __init__(self, problems: Sequence[PlanProblem]) -> None:
+        self.problems = list(problems)
+        super().__init__("; ".join(p.message for p in self.problems))
+
+
+class PlanSyntaxError(PlanError):
+    """The turn could not be parsed."""
+
+
+class PlanCheckError(PlanError):
+    """The plan parsed, but failed the checks against the live tools or the policy."""
+
+
+class PlanReferenceError(ToolscoreError):
+    """A `${...}` reference into earlier results."""
+
+    kind = "ref_error"
+
+
+class RefSyntaxError(PlanReferenceError, ValueError):
+    """A `${...}` that is not a valid v1 reference."""
+
+
+class RefError(PlanReferenceError, LookupError):
+    """A reference that does not resolve (missing step, key or index, or too large a value)."""
 
 
 class UsageError(ToolscoreError, RuntimeError):
