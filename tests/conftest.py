@@ -15,7 +15,8 @@ import anyio
 import mcp_types
 import pytest
 
-from toolscore import Config, Gateway, MemoryAuditSink, open_gateway, parse_config
+from tests.fixtures.fixture_server import build_server
+from toolscore import Config, Gateway, MemoryAuditSink, open_gateway, parse_config, testing
 
 FIXTURES = Path(__file__).parent / "fixtures"
 FIXTURE_SERVER = str(FIXTURES / "fixture_server.py")
@@ -39,9 +40,32 @@ def make_config(servers: dict[str, dict[str, Any]], **sections: Any) -> Config:
 
 @asynccontextmanager
 async def running_gateway(config: Config, tmp_path: Path) -> AsyncIterator[tuple[Gateway, MemoryAuditSink]]:
+    """A gateway over `config` as written: stdio servers run as subprocesses."""
     sink = MemoryAuditSink()
     async with open_gateway(config, audit=sink, log_dir=tmp_path / "logs") as gw:
         yield gw, sink
+
+
+@asynccontextmanager
+async def memory_gateway(
+    tmp_path: Path, servers: dict[str, dict[str, Any]] | None = None, **sections: Any
+) -> AsyncIterator[tuple[Gateway, MemoryAuditSink]]:
+    """A gateway over fixture servers run in this process (no subprocess): the fast default.
+
+    `servers` maps names to entry options (`prefix`, `tools`, `constraints`, `timeout`, ...; plus
+    `extra_tools` and `page_size` for the fixture itself); default: one server `fx`. Markers go
+    to `tmp_path`. The fixture's `crash` and `spin` end or block the process: use a subprocess
+    (`fixture_entry` + `running_gateway`) for those.
+    """
+    entries = {name: dict(options) for name, options in (servers or {"fx": {}}).items()}
+    memory = {
+        name: build_server(
+            tmp_path, extra_tools=tuple(options.pop("extra_tools", ())), page_size=options.pop("page_size", 0)
+        )
+        for name, options in entries.items()
+    }
+    async with testing.running_gateway(memory, config=testing.memory_config(entries, **sections)) as pair:
+        yield pair
 
 
 def free_port() -> int:
