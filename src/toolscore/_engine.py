@@ -33,6 +33,7 @@ import anyio
 import mcp_types
 import structlog
 
+from toolscore._json import format_path
 from toolscore._tokens import arguments_tokens, result_tokens
 from toolscore.audit.sinks import AuditRecord, AuditSink
 from toolscore.config import DEFAULT_SEPARATOR, DEFAULT_SLOW_CALL_SECONDS, DEFAULT_TIMEOUT, Config
@@ -208,8 +209,7 @@ def error_result(message: str) -> mcp_types.CallToolResult:
 
 
 def _describe_schema_error(err: Any) -> str:
-    where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err.absolute_path).lstrip(".")
-    return f"{where or '(top level)'}: {err.message}"
+    return f"{format_path(list(err.absolute_path))}: {err.message}"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -26,12 +26,13 @@ import json
 import os
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from toolscore._json import JsonPath, format_path, map_strings_at
 from toolscore.errors import ConfigError
 
 __all__ = [
@@ -435,17 +436,14 @@ class Config(_Frozen):
         return own if own is not None else self.settings.connect_timeout
 
 
-def _loc(parts: tuple[int | str, ...] | list[int | str]) -> str:
-    out = ""
-    for part in parts:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out
+def _loc(parts: Sequence[int | str]) -> str:
+    return format_path(parts, top="")
 
 
 def _expand(value: Any, env: Mapping[str, str], where: list[int | str], source: str | None) -> Any:
     """Expand `${VAR}` / `${VAR:-default}` in every string of a JSON value."""
-    if isinstance(value, str):
 
+    def expand(text: str, path: JsonPath) -> str:
         def sub(match: re.Match[str]) -> str:
             name, default = match.group(1), match.group(2)
             if name in env:
@@ -455,15 +453,12 @@ def _expand(value: Any, env: Mapping[str, str], where: list[int | str], source: 
             raise ConfigError(
                 f"environment variable {name} is not set (write ${{{name}:-default}} for a fallback)",
                 path=source,
-                field=_loc(where),
+                field=_loc(path),
             )
 
-        return _VAR.sub(sub, value)
-    if isinstance(value, list):
-        return [_expand(v, env, [*where, i], source) for i, v in enumerate(value)]
-    if isinstance(value, dict):
-        return {k: _expand(v, env, [*where, k], source) for k, v in value.items()}
-    return value
+        return _VAR.sub(sub, text)
+
+    return map_strings_at(value, expand, tuple(where))
 
 
 def _validate(model: type[BaseModel], data: Any, where: list[int | str], source: str | None) -> Any:

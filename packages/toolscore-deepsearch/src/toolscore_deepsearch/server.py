@@ -22,9 +22,9 @@ import mcp_types as types
 from mcp.server import Server, ServerRequestContext
 from mcp.server.stdio import stdio_server
 
-from toolscore._version import __version__
-from toolscore.deepsearch._corpus import Corpus, html_to_text
-from toolscore.deepsearch._research import research
+from toolscore_deepsearch import __version__
+from toolscore_deepsearch._corpus import Corpus, html_to_text
+from toolscore_deepsearch._research import research
 
 __all__ = ["build_server", "main"]
 

@@ -12,7 +12,7 @@ import math
 import re
 from dataclasses import dataclass, field
 
-from toolscore.deepsearch._corpus import Corpus, Hit, query_terms
+from toolscore_deepsearch._corpus import Corpus, Hit, query_terms
 
 __all__ = ["Report", "Source", "research"]
 

@@ -14,12 +14,18 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 from mcp import Client
-
 from tests.conftest import loopback_http, make_config, running_gateway, text
-from toolscore.deepsearch._corpus import Corpus, html_to_text, query_terms
-from toolscore.deepsearch._research import research
 
-DEEPSEARCH = str(Path(sys.executable).parent / "toolscore-deepsearch")
+from toolscore_deepsearch._corpus import Corpus, html_to_text, query_terms
+from toolscore_deepsearch._research import research
+
+# The server as a process, from its source (`toolscore install` puts it in a venv of its own).
+SRC = Path(__file__).resolve().parents[1] / "src"
+
+
+def deepsearch(*args: str) -> dict[str, object]:
+    """A servers.json entry running the server from source."""
+    return {"command": sys.executable, "args": ["-m", "toolscore_deepsearch", *args], "env": {"PYTHONPATH": str(SRC)}}
 
 
 @pytest.fixture
@@ -86,8 +92,7 @@ async def test_the_server_behind_the_gateway_and_as_a_plan_shorthand(corpus_dir:
     cfg = make_config(
         {
             "deepsearch": {
-                "command": DEEPSEARCH,
-                "args": ["--corpus", str(corpus_dir)],
+                **deepsearch("--corpus", str(corpus_dir)),
                 "shorthand": {"tool": "research", "primary": "question"},
             }
         }
@@ -149,7 +154,7 @@ def searx() -> Iterator[str]:
 @pytest.mark.anyio
 @pytest.mark.e2e
 async def test_web_mode_searches_fetches_and_cites_pages(searx: str, corpus_dir: Path, tmp_path: Path) -> None:
-    cfg = make_config({"ds": {"command": DEEPSEARCH, "args": ["--corpus", str(corpus_dir), "--searxng", searx]}})
+    cfg = make_config({"ds": deepsearch("--corpus", str(corpus_dir), "--searxng", searx)})
     async with running_gateway(cfg, tmp_path) as (gw, _), Client(gw.server, mode="legacy") as client:
         result = await client.call_tool("ds__quick_research", {"question": "Why do glaciers move?"})
     assert result.structured_content is not None

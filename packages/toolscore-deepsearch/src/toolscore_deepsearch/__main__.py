@@ -1,0 +1,7 @@
+"""`python -m toolscore_deepsearch`: the server's command line."""
+
+import sys
+
+from toolscore_deepsearch.server import main
+
+sys.exit(main())
