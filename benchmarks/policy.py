@@ -44,7 +44,9 @@ class Instant:
     def unavailable_reason(self, server: str) -> str | None:
         return None
 
-    async def __call__(self, server: str, tool: str, arguments: Any, *, progress: Any) -> mcp_types.CallToolResult:
+    async def __call__(
+        self, server: str, tool: str, arguments: Any, *, progress: Any, caller: str | None
+    ) -> mcp_types.CallToolResult:
         return RESULT
 
 
@@ -84,7 +86,7 @@ async def per_call_us(eng: ToolExecutionEngine, calls: int) -> float:
         t0 = time.perf_counter()
         run = await eng.execute("fx__write", ARGS)
         samples.append((time.perf_counter() - t0) * 1e6)
-        assert run.success, run.result
+        assert run.context.success, run.result
     return statistics.median(samples)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import socket
 import sys
 import threading
@@ -21,6 +22,8 @@ from toolscore import Config, Gateway, MemoryAuditSink, open_gateway, parse_conf
 FIXTURES = Path(__file__).parent / "fixtures"
 FIXTURE_SERVER = str(FIXTURES / "fixture_server.py")
 RAW_SERVER = str(FIXTURES / "raw_server.py")
+TOOLSCORE = str(Path(sys.executable).parent / "toolscore")
+"""The console script, for tests whose subject is the process."""
 
 
 @pytest.fixture(scope="session")
@@ -32,6 +35,16 @@ def fixture_entry(state_dir: Path, **extra: Any) -> dict[str, Any]:
     """A servers.json entry running the fixture server over stdio."""
     env = {"FIXTURE_STATE_DIR": str(state_dir), **extra.pop("env", {})}
     return {"command": sys.executable, "args": [FIXTURE_SERVER], "env": env, **extra}
+
+
+def write_config(tmp_path: Path, servers: dict[str, Any], **sections: Any) -> Path:
+    """A servers.json in `tmp_path`, its audit log and server logs kept there too."""
+    path = tmp_path / "servers.json"
+    sections.setdefault(
+        "toolscore", {"audit": {"path": str(tmp_path / "audit.jsonl")}, "log_dir": str(tmp_path / "logs")}
+    )
+    path.write_text(json.dumps({"mcpServers": servers, **sections}))
+    return path
 
 
 def make_config(servers: dict[str, dict[str, Any]], **sections: Any) -> Config:

@@ -11,17 +11,22 @@ SRC = Path(toolscore.__file__).parent
 PURE = [
     "config.py",
     "errors.py",
+    "_glob.py",
     "_json.py",
     "_naming.py",
     "_tokens.py",
     "audit/sinks.py",
     "downstream/registry.py",
     "plan/check.py",
+    "plan/lex.py",
+    "plan/nodes.py",
     "plan/parse.py",
     "plan/refs.py",
     "plan/transcript.py",
+    "plan/values.py",
     "policy/paths.py",
     "policy/redact.py",
+    "policy/scope.py",
 ]
 
 

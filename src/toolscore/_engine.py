@@ -137,6 +137,8 @@ class ExecutionContext:
 
     def to_audit_record(self, *, include_arguments: bool = False) -> AuditRecord:
         """The audit record of this call."""
+        kind: str | None
+        message: str | None
         if self.cancelled:
             kind, message = "cancelled", "cancelled by the client"
         elif self.error is not None:

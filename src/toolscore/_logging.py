@@ -2,12 +2,32 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
 
 import structlog
 
 __all__ = ["configure_logging"]
+
+
+class _StderrLogger:
+    """Writes each line to the `sys.stderr` of the moment, and never raises.
+
+    A log line must not fail the call it describes: a client may close our stderr, and a host
+    (or a test harness) may swap `sys.stderr` after start-up.
+    """
+
+    def msg(self, message: str) -> None:
+        with contextlib.suppress(OSError, ValueError):  # closed, or a broken pipe
+            sys.stderr.write(message + "\n")
+            sys.stderr.flush()
+
+    debug = info = warning = warn = error = critical = exception = fatal = failure = err = log = msg
+
+
+def _stderr_logger(*_args: object) -> _StderrLogger:
+    return _StderrLogger()
 
 
 def configure_logging(level: str = "info", *, json: bool = False) -> None:
@@ -26,7 +46,7 @@ def configure_logging(level: str = "info", *, json: bool = False) -> None:
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
-        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+        logger_factory=_stderr_logger,
         cache_logger_on_first_use=True,
     )
     # The SDK and uvicorn log through the standard library; keep them on stderr, quieter.

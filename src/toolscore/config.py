@@ -187,7 +187,7 @@ class PluginConfig(_Frozen):
 
 
 class ServerConstraints(_Frozen):
-    """Per-server overrides of the constraint rules (each section replaces the global one)."""
+    """Per-server overrides of the constraint rules: each section replaces the global one, but `tools` adds to it."""
 
     tools: ToolRules | None = None
     destructive: Literal["allow", "deny", "confirm"] | None = None

@@ -54,7 +54,7 @@ def _failed(name: str, enforce: bool, exc: Exception) -> None:
 class _PluginPre:
     def __init__(self, name: str, plugin: Any, enforce: bool) -> None:
         self.name = name
-        self._pre = plugin.pre
+        self._pre: PreExecutionHook = plugin.pre
         self._enforce = enforce
 
     async def __call__(self, ctx: ExecutionContext) -> mcp_types.CallToolResult | None:
@@ -70,7 +70,7 @@ class _PluginPre:
 class _PluginWrap:
     def __init__(self, name: str, plugin: Any, enforce: bool) -> None:
         self.name = name
-        self._wrap = plugin.wrap
+        self._wrap: WrapHook = plugin.wrap
         self._enforce = enforce
 
     async def __call__(self, ctx: ExecutionContext, call_next: CallNext) -> mcp_types.CallToolResult:
@@ -95,7 +95,7 @@ class _PluginWrap:
 class _PluginPost:
     def __init__(self, name: str, plugin: Any, enforce: bool) -> None:
         self.name = name
-        self._post = plugin.post
+        self._post: PostExecutionHook = plugin.post
         self._enforce = enforce
 
     async def __call__(self, ctx: ExecutionContext, result: mcp_types.CallToolResult) -> mcp_types.CallToolResult:

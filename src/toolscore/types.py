@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 import mcp_types
@@ -14,8 +13,11 @@ __all__ = ["Arguments", "CallDownstream", "ProgressFn", "ToolSource"]
 Arguments = dict[str, Any]
 """A tool call's arguments: always a JSON object."""
 
-ProgressFn = Callable[[float, float | None, str | None], Awaitable[None]]
-"""`(progress, total, message)`, as MCP progress notifications carry them."""
+
+class ProgressFn(Protocol):
+    """Receives a call's progress, as MCP progress notifications carry it."""
+
+    async def __call__(self, progress: float, total: float | None, message: str | None) -> None: ...
 
 
 class CallDownstream(Protocol):

@@ -10,7 +10,6 @@ import os
 import secrets
 import ssl
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -23,13 +22,12 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
-from tests.conftest import fixture_entry, free_port
+from tests.conftest import TOOLSCORE, fixture_entry, free_port
 from toolscore.config import HttpSettings
 from toolscore.front.http import is_loopback, resolve_exposure
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
 
-TOOLSCORE = str(Path(sys.executable).parent / "toolscore")
 MiB = 1024 * 1024
 CAP = 1 * MiB
 MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}

@@ -15,11 +15,9 @@ import anyio
 import pytest
 from mcp import Client
 
-from tests.conftest import RAW_SERVER, fixture_entry, make_config, running_gateway, text
+from tests.conftest import RAW_SERVER, TOOLSCORE, fixture_entry, make_config, running_gateway, text
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
-
-TOOLSCORE = str(Path(sys.executable).parent / "toolscore")
 
 
 def rss_kib(pid: int) -> int:
@@ -39,26 +37,30 @@ async def test_a_result_over_the_limit_fails_that_call_only(tmp_path: Path) -> N
         assert gw.hub.downstreams["fx"].connects == 1
 
 
+@pytest.mark.no_cover  # timed: coverage's tracer would be measured, not the code
 async def test_a_large_result_does_not_stall_other_clients(tmp_path: Path) -> None:
     cfg = make_config({"big": fixture_entry(tmp_path), "fx": fixture_entry(tmp_path)})
     async with running_gateway(cfg, tmp_path) as (gw, _):
+        # Each small call's CPU time in this process (the gateway's own work, on its loop): a busy
+        # machine stretches the wall time of a call, not the CPU this process spends blocking it.
         lags: list[float] = []
         done = anyio.Event()
 
         async def other_client() -> None:
             async with Client(gw.server, mode="legacy") as client:
                 while not done.is_set():
-                    began = time.perf_counter()
+                    began = time.process_time()
                     assert text(await client.call_tool("fx__echo", {"text": "x"})) == "x"
-                    lags.append(time.perf_counter() - began)
+                    lags.append(time.process_time() - began)
 
         async with anyio.create_task_group() as tg, Client(gw.server, mode="legacy") as client:
             tg.start_soon(other_client)
             result = await client.call_tool("big__large", {"size": 31 * 1024 * 1024})
             done.set()
         assert not result.is_error and len(text(result)) == 31 * 1024 * 1024
-    # The SDK's reader re-copied its buffer per chunk: 31 MiB stalled every other client for about a second.
-    assert lags and max(lags) < 0.6, max(lags)
+    # The SDK's reader re-copied its buffer per chunk: 31 MiB stalled every other client for about a
+    # second. Now the longest is one parse of the line (about 0.15 s).
+    assert len(lags) > 1 and max(lags) < 0.6, max(lags)
 
 
 async def test_invalid_utf8_and_noise_from_a_server_do_not_drop_it(tmp_path: Path) -> None:
@@ -70,9 +72,11 @@ async def test_invalid_utf8_and_noise_from_a_server_do_not_drop_it(tmp_path: Pat
         assert gw.hub.downstreams["raw"].connects == 1
 
 
-@pytest.fixture
-def stdio(tmp_path: Path) -> Iterator[subprocess.Popen[bytes]]:
-    """`toolscore serve` over stdio, initialized, with a 1 MiB request cap."""
+@pytest.fixture(scope="module")
+def stdio(tmp_path_factory: pytest.TempPathFactory) -> Iterator[subprocess.Popen[bytes]]:
+    """`toolscore serve` over stdio, initialized, with a 1 MiB request cap: one for the module, so
+    each test also shows that the inputs before it left the gateway answering."""
+    tmp_path = tmp_path_factory.mktemp("stdio")
     path = tmp_path / "servers.json"
     config = {"mcpServers": {"fx": fixture_entry(tmp_path)}, "toolscore": {"max_request_bytes": 1024 * 1024}}
     path.write_text(json.dumps(config))

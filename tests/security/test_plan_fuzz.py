@@ -23,12 +23,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from mcp import Client
 
-from tests.conftest import fixture_entry, make_config, running_gateway
+from tests.conftest import make_config, memory_gateway
 from tests.security.test_plan_hardening import SHAPES
 from toolscore.config import PlanSettings, Shorthand
 from toolscore.downstream.registry import build_registry
-from toolscore.plan.check import CheckedPlan, PlanCheckError, check_plan, shorthand_table
-from toolscore.plan.parse import PlanProblem, PlanSyntaxError, parse_turn
+from toolscore.errors import PlanCheckError, PlanProblem, PlanSyntaxError
+from toolscore.plan.check import check_plan, shorthand_table
+from toolscore.plan.nodes import CheckedPlan
+from toolscore.plan.parse import parse_turn
 
 pytestmark = pytest.mark.anyio
 
@@ -157,17 +159,18 @@ def mutate(rnd: random.Random, text: str) -> str:
 
 
 def process(plan: str) -> tuple[float, CheckedPlan | list[PlanProblem]]:
-    """Parse and check one plan: the seconds it took (GC paused) and what came out."""
+    """Parse and check one plan: the CPU seconds it took (GC paused; a busy machine does not
+    stretch them) and what came out."""
     gc.disable()
     try:
-        began = time.perf_counter()
+        began = time.thread_time()
         try:
             outcome: CheckedPlan | list[PlanProblem] = check_plan(
                 parse_turn(plan), REGISTRY, shorthands=SHORTHANDS, limits=LIMITS
             )
         except (PlanSyntaxError, PlanCheckError) as exc:
             outcome = exc.problems
-        return time.perf_counter() - began, outcome
+        return time.thread_time() - began, outcome
     finally:
         gc.enable()
 
@@ -193,6 +196,7 @@ def assert_well_formed(outcome: CheckedPlan | list[PlanProblem]) -> None:
         json.dumps(call.arguments, ensure_ascii=False, allow_nan=False).encode()
 
 
+@pytest.mark.no_cover  # timed: coverage's tracer would be measured, not the code
 def test_ten_thousand_mutated_plans_are_answered_fast() -> None:
     rnd = random.Random(20_261_123)
     slowest, answered = 0.0, 0
@@ -248,6 +252,7 @@ _plans = st.one_of(
 )
 
 
+@pytest.mark.no_cover  # timed: coverage's tracer would be measured, not the code
 @settings(max_examples=600, deadline=None)
 @given(_plans)
 def test_plans_from_a_grammar_are_answered_fast(plan: str) -> None:
@@ -269,18 +274,15 @@ FX_CORPUS = [
 ]
 
 
-@pytest.mark.e2e
+@pytest.mark.no_cover  # timed: coverage's tracer would be measured, not the code
 async def test_hostile_plans_through_the_front_neither_stall_nor_break_the_gateway(tmp_path: Path) -> None:
     rnd = random.Random(7)
     plans = [(mutate(rnd, rnd.choice(FX_CORPUS)), rnd.random() < 0.5) for _ in range(250)]
     plans += [(build(8 * 1024), True) for build in SHAPES.values()]
     plans += [('<say id="a">x</say><say>a {{' + " " * 3000 + "a</say>", True)]
-    # A lone surrogate in the plan text trips the plan's audit record: a known bug outside the
-    # parser, pinned in test_plan_hardening.
-    plans = [(plan, dry) for plan, dry in plans if "\ud800" not in plan]
+    assert any("\ud800" in plan for plan, _ in plans)  # lone surrogates among them
     say = {"tag": "say", "tool": "echo", "primary": "text"}
-    fx = fixture_entry(tmp_path, shorthand=say, tools={"allow": ["echo", "add", "fail"]})
-    config = make_config({"fx": fx}, toolscore={"plan": {"budget_seconds": 5}})
+    servers = {"fx": {"shorthand": say, "tools": {"allow": ["echo", "add", "fail"]}}}
     # A stall is a beat over 50 ms late while this process was busy (its CPU time moving on as much):
     # a busy machine may delay a beat, but only the gateway's own work (on the loop, or in a worker
     # thread holding the GIL, as a long regex does) stalls it.
@@ -296,7 +298,14 @@ async def test_hostile_plans_through_the_front_neither_stall_nor_break_the_gatew
                 stalls.append(busy)
 
     results: list[mcp_types.CallToolResult] = []
-    async with running_gateway(config, tmp_path) as (gateway, _), Client(gateway.server, mode="legacy") as client:
+    # The test process's own heap (pytest, hypothesis) makes a full collection take about 90 ms;
+    # frozen, a collection walks only what the gateway made.
+    gc.collect()
+    gc.freeze()
+    async with (
+        memory_gateway(tmp_path, servers, toolscore={"plan": {"budget_seconds": 5}}) as (gateway, _),
+        Client(gateway.server, mode="legacy") as client,
+    ):
         async with anyio.create_task_group() as tg:
             tg.start_soon(heartbeat)
             for plan, dry_run in plans:
@@ -304,6 +313,7 @@ async def test_hostile_plans_through_the_front_neither_stall_nor_break_the_gatew
                     results.append(await client.call_tool("orchestrate", {"plan": plan, "dry_run": dry_run}))
             done.set()
         alive = await client.call_tool("orchestrate", {"plan": "<say>alive</say>"})
+    gc.unfreeze()
     assert stalls == []
     answers = [block.text for r in results for block in r.content if isinstance(block, mcp_types.TextContent)]
     assert len(answers) == len(plans)

@@ -15,10 +15,10 @@ import mcp_types
 import pytest
 from mcp import Client
 
-from tests.conftest import fixture_entry, make_config, running_gateway, text
+from tests.conftest import memory_gateway, text
 from toolscore import Gateway, MemoryAuditSink
 
-pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
+pytestmark = pytest.mark.anyio
 
 SECRET = "the-host-secret"
 
@@ -38,12 +38,13 @@ def tree(tmp_path: Path) -> tuple[Path, Path]:
 async def gateway(
     tmp_path: Path, constraints: dict[str, Any], **servers: dict[str, Any]
 ) -> AsyncIterator[tuple[Gateway, MemoryAuditSink]]:
-    cfg = make_config(
-        servers or {"fx": fixture_entry(tmp_path)},
+    """A gateway over fixture servers in this process (default: `fx`), with `constraints` on."""
+    async with memory_gateway(
+        tmp_path,
+        servers or {"fx": {}},
         constraints={"enabled": True, **constraints},
         toolscore={"audit": {"include_arguments": True}},
-    )
-    async with running_gateway(cfg, tmp_path) as pair:
+    ) as pair:
         yield pair
 
 
@@ -136,7 +137,7 @@ async def test_a_symlink_flipped_during_calls_never_reads_outside_the_root(
 
 
 async def test_deny_rules_see_the_tools_real_identity_through_renames(tmp_path: Path) -> None:
-    servers = {"fx2": fixture_entry(tmp_path, tools={"rename": {"delete": "remove"}})}
+    servers = {"fx2": {"tools": {"rename": {"delete": "remove"}}}}
     async with (
         gateway(tmp_path, {"tools": {"deny": ["*__delete*"]}}, **servers) as (gw, sink),
         Client(gw.server, mode="legacy") as client,

@@ -156,8 +156,8 @@ def _start(
     argv = [command, *args]
     # With the setpriv wrapper a missing command would only show as an exit status: say it here.
     if "/" in command:
-        found = command if os.path.isabs(command) else os.path.join(cwd or ".", command)
-        found = found if os.access(found, os.X_OK) and os.path.isfile(found) else None
+        path = command if os.path.isabs(command) else os.path.join(cwd or ".", command)
+        found: str | None = path if os.access(path, os.X_OK) and os.path.isfile(path) else None
     else:
         found = shutil.which(command, path=environment.get("PATH"))
     if found is None:

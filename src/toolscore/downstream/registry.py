@@ -6,7 +6,6 @@ Rebuilt from scratch whenever a server's tool list changes; a rebuild is cheap n
 
 from __future__ import annotations
 
-import fnmatch
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,6 +18,7 @@ from mcp_types import methods
 from mcp_types.version import LATEST_HANDSHAKE_VERSION, LATEST_MODERN_VERSION
 from pydantic import ValidationError
 
+from toolscore._glob import matches
 from toolscore._naming import public_name
 from toolscore.config import Config
 
@@ -72,9 +72,9 @@ class Registry:
 
 
 def _selected(name: str, allow: Sequence[str] | None, deny: Sequence[str]) -> bool:
-    if any(fnmatch.fnmatchcase(name, p) for p in deny):
+    if matches(name, deny):
         return False
-    return allow is None or any(fnmatch.fnmatchcase(name, p) for p in allow)
+    return allow is None or matches(name, allow)
 
 
 def _schema_problem(tool: mcp_types.Tool) -> str | None:

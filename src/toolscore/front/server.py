@@ -109,8 +109,8 @@ def build_server(
             # band, invisible here; over stdio and HTTP the token is always in `_meta`.)
             session = ctx.session
 
-            async def forward_progress(value: float, total: float | None, message: str | None) -> None:
-                await session.report_progress(value, total, message)
+            async def forward_progress(progress: float, total: float | None, message: str | None) -> None:
+                await session.report_progress(progress, total, message)
 
             progress = forward_progress
         caller = callers.identify(ctx)

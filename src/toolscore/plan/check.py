@@ -6,74 +6,32 @@ parameters, literal arguments valid against its inputSchema, references pointing
 that are guaranteed to have finished when the call starts.
 
 Visibility rule (v1): a call may reference any step of an earlier turn of its episode, and any
-node of this turn that completes before it starts, i.e. an earlier item of an enclosing
-`<sequential>` (the turn itself is one). Siblings in `<parallel>`, `<race>` and `<fallback>`
-run concurrently or as alternatives, so they may not reference each other.
+node of this turn that completes before it starts, i.e. an earlier item of an enclosing block whose
+children are `ordered` (`<sequential>`; the turn itself is one). Siblings in any other block
+(`<parallel>`, `<race>`, `<fallback>`: see the block table, `blocks.py`) run concurrently or as
+alternatives, so they may not reference each other.
 
 To check that in O(depth) per reference, every call and id records its path from the root: the
 (block kind, child index) of each block it sits in. At the first place where the paths of a call
-and of its target part, they are children of the same block: the target is visible iff that block
-is sequential and the target comes first. A target whose path is a prefix of the call's (a block
-around the call, or the call itself) finishes later: a forward reference.
+and of its target part, they are children of the same block: the target is visible iff that
+block's children are ordered and the target comes first. A target whose path is a prefix of the
+call's (a block around the call, or the call itself) finishes later: a forward reference.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
+from toolscore._json import format_path
 from toolscore.config import PlanSettings, Shorthand
 from toolscore.downstream.registry import Registry, Route
-from toolscore.plan.parse import Block, CallNode, ParsedTurn, PlanProblem
-from toolscore.plan.refs import Ref, RefSyntaxError, contains_ref, find_refs, repair_mustache
+from toolscore.errors import PlanCheckError, PlanProblem, RefSyntaxError
+from toolscore.plan.blocks import SPECS, BlockKind, either
+from toolscore.plan.nodes import Block, CallNode, CheckedBlock, CheckedCall, CheckedNode, CheckedPlan, ParsedTurn
+from toolscore.plan.refs import Ref, contains_ref, find_refs, repair_mustache
 
-__all__ = ["CheckedBlock", "CheckedCall", "CheckedNode", "CheckedPlan", "PlanCheckError", "check_plan"]
-
-
-class PlanCheckError(Exception):
-    """The plan failed static checks; nothing of it may run."""
-
-    def __init__(self, problems: list[PlanProblem]) -> None:
-        self.problems = problems
-        super().__init__("; ".join(p.message for p in problems))
-
-
-@dataclass(frozen=True, slots=True)
-class CheckedCall:
-    """A call ready to run."""
-
-    node: CallNode
-    route: Route
-    arguments: dict[str, Any]
-    refs: tuple[Ref, ...]
-
-    @property
-    def step(self) -> int:
-        return self.node.step
-
-
-@dataclass(frozen=True, slots=True)
-class CheckedBlock:
-    """A block whose children are checked."""
-
-    block: Block
-    children: tuple[CheckedNode, ...]
-
-
-CheckedNode = CheckedCall | CheckedBlock
-
-
-@dataclass(frozen=True, slots=True)
-class CheckedPlan:
-    """A turn that passed every static check."""
-
-    root: CheckedBlock
-    calls: tuple[CheckedCall, ...]
-    ids: Mapping[str, int | Block] = field(default_factory=dict)
-    """This turn's ids: a call's id maps to its step number, a block's to the block."""
-    warnings: tuple[str, ...] = ()
-    """Repairs the checker made (e.g. `{{x}}` read as `${x}`)."""
+__all__ = ["check_plan", "shorthand_table"]
 
 
 def _set_path(target: dict[str, Any], dotted: str, value: Any) -> None:
@@ -90,8 +48,11 @@ def _only_required_string(route: Route) -> str | None:
     return required[0] if len(required) == 1 else None
 
 
-_Path = tuple[tuple[str, int], ...]
+_Path = tuple[tuple[BlockKind, int], ...]
 """(block kind, child index) for each block from the root down to a node."""
+
+_BESIDE = "a " + either(f"<{kind}>" for kind, spec in SPECS.items() if spec.children != "ordered")
+"""Where siblings may not reference each other: `a <parallel>, <race> or <fallback>`."""
 
 
 def _parting(a: _Path, b: _Path) -> int:
@@ -152,7 +113,7 @@ class _Checker:
     def node(self, node: CallNode | Block) -> CheckedNode | None:
         if isinstance(node, CallNode):
             return self.call(node)
-        if node.kind in ("race", "fallback"):
+        if SPECS[node.kind].children == "alternatives":
             if not node.children:
                 self.problem("empty_block", f"<{node.kind}> needs at least one alternative", node)
             elif len(node.children) > self.limits.max_alternatives:
@@ -236,7 +197,7 @@ class _Checker:
             self.reference(node, ref)
         errors = [e for e in route.validator.iter_errors(arguments) if not contains_ref(e.instance)]
         for err in sorted(errors, key=lambda e: list(map(str, e.absolute_path))):
-            where = ".".join(map(str, err.absolute_path)) or "(top level)"
+            where = format_path(err.absolute_path)
             self.problem("invalid_arguments", f"{route.public_name}: {where}: {err.message}", node)
         if node.retries:
             hints = route.tool.annotations
@@ -277,11 +238,10 @@ class _Checker:
                 node,
                 ref=ref.raw,
             )
-        elif where[n][0] != "sequential":
+        elif SPECS[where[n][0]].children != "ordered":
             self.problem(
                 "sibling_reference",
-                f"step {node.step} uses {ref.raw}, which runs beside it in a <parallel>, <race> or "
-                "<fallback>; put the source before that block",
+                f"step {node.step} uses {ref.raw}, which runs beside it in {_BESIDE}; put the source before that block",
                 node,
                 ref=ref.raw,
             )

@@ -1,256 +1,83 @@
 """The plan language v1: one model turn of text -> a tree of blocks and calls; pure.
 
-Theory of operation. Models write XML-ish text: prose around the plan, code full of `<` and `&`
-inside calls, a forgotten `<execute_tools />`. So this is a small tokenizer, not an XML parser
-(which would also expand entities: no DTD is ever honoured here). The text may be hostile, so
-parsing is total (problems, never exceptions) and linear in its size, in three steps:
+Theory of operation. The text may be hostile, so parsing is total (problems, never exceptions)
+and linear in its size. `lex.py` finds every markup token in one scan and pairs each open tag
+with its close tag; this module builds the tree in one walk over those tokens:
 
-1. Lex (`_lex`): one left-to-right scan finds every markup token: open, self-closing and close
-   tags, comments, CDATA sections, processing instructions and `<!` (a DTD). Text between tokens,
-   and a `<` that starts none, stays text. `_TOKEN_RE` has only possessive quantifiers and an
-   attribute value cannot hold `<` (as in XML), so an attempt that fails never reads past the next
-   `<`. Comments and CDATA are opaque: the scan resumes after them, so markup inside never counts.
-   A processing instruction, or a `<!--` that is never closed, is transparent (`List<? extends T>`
-   in code is not a PI); only the item level below skips what it covers.
-2. Match, during the same scan: one stack per tag name pairs each open tag with its close tag, the
-   first `</name>` after it where the `<name>`s and `</name>`s in between balance, whatever other
-   tags lie between.
-3. Build: a walk over the tokens. A known block (`sequential parallel race fallback`) nests: its
-   items are read in order up to its `</kind>`. Any other element is a call whose content is the
-   raw text up to its matched close tag, so `x < y` in code is just text, and the walk goes on
-   after that close tag. An element whose content starts with a child element other than `<arg>`
-   is a server block (`<search><find_files>{...}</find_files></search>`); otherwise it is a
-   shorthand (`<search>pattern</search>`). Names are not resolved here: `_plan_check` does that
-   against the live tools.
+- A block tag (a `BlockKind`, see `blocks.py`) nests: its items are read in order up to its close
+  tag, and its attributes are read with its spec's.
+- Any other element is a call whose content is the raw text up to its matched close tag, so
+  `x < y` in code is just text, and the walk goes on after that close tag. An element whose
+  content starts with a child element other than `<arg>` is a server block
+  (`<search><find_files>{...}</find_files></search>`); otherwise it is a shorthand
+  (`<search>pattern</search>`). Names are not resolved here: `check.py` does that against the
+  live tools.
+- Comments and CDATA between items are skipped; so is what a processing instruction or a `<!--`
+  never closed covers (inside a call they are just text); a DTD stops the walk.
 
 Everything the parser had to repair or ignore is returned as a warning; anything it cannot
 understand is a `PlanProblem` with a stable code, naming the tag and line. Work that model input
-could repeat is bounded: digits in character references and numbers, JSON nesting (`_loads`),
-warnings kept, and line numbers (counted from the last one asked for, not from the start).
+could repeat is bounded: digits in character references, numbers and attributes, JSON nesting
+(`values.py`), warnings kept, and line numbers (counted from the last one asked for, not from the
+start).
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from itertools import accumulate
-from typing import Any, Literal
+from types import MappingProxyType
+from typing import Any
 
-__all__ = [
-    "MAX_DEPTH",
-    "MAX_JSON_DEPTH",
-    "MAX_PLAN_BYTES",
-    "MAX_STEPS",
-    "ArgsSpec",
-    "Block",
-    "CallNode",
-    "Node",
-    "ParsedTurn",
-    "PlanProblem",
-    "PlanSyntaxError",
-    "parse_turn",
-]
+from toolscore.errors import PlanProblem, PlanSyntaxError
+from toolscore.plan.blocks import (
+    COMMON_ATTRIBUTES,
+    SPECS,
+    V2_KINDS,
+    Attribute,
+    BadValue,
+    BlockKind,
+    Choice,
+    Duration,
+    Flag,
+    Ident,
+    IntRange,
+)
+from toolscore.plan.lex import CDATA_CLOSE, CDATA_OPEN, Token, attributes, lex
+from toolscore.plan.nodes import ArgsSpec, Block, CallNode, Node, ParsedTurn
+from toolscore.plan.values import char_data, has_surrogate, loads, relaxed_json, surrogate_at
+
+__all__ = ["MAX_DEPTH", "MAX_PLAN_BYTES", "MAX_STEPS", "parse_turn"]
 
 MAX_PLAN_BYTES = 64 * 1024
 MAX_DEPTH = 8
 MAX_STEPS = 1000
 """Calls read from one turn at most (the ceiling of `PlanSettings.max_steps`)."""
-MAX_JSON_DEPTH = 64
-"""How deep a call's JSON arguments may nest."""
-_MAX_NUMBER_DIGITS = 1000
-"""Longer numbers in JSON arguments are refused (decoding a big int is quadratic in its digits)."""
-_MAX_ATTR_DIGITS = 9
 _MAX_WARNINGS = 32
 
-BLOCKS = frozenset({"sequential", "parallel", "race", "fallback"})
-V2_BLOCKS = frozenset({"dag", "if", "else", "foreach"})
-RESERVED = BLOCKS | V2_BLOCKS | {"think", "arg", "call", "answer", "result", "execute_tools", "plan_error"}
-CALL_ATTRS = frozenset({"id", "timeout", "retries", "on_error", "idempotent"})
-V2_CALL_ATTRS = frozenset({"backoff", "cache", "view"})
-BLOCK_ATTRS = {
-    "sequential": frozenset({"id", "timeout", "stop_on_error"}),
-    "parallel": frozenset({"id", "timeout", "max_concurrency", "policy"}),
-    "race": frozenset({"id", "timeout"}),
-    "fallback": frozenset({"id", "timeout"}),
+_BLOCKS = frozenset(BlockKind)
+_RESERVED = _BLOCKS | V2_KINDS | {"think", "arg", "call", "answer", "result", "execute_tools", "plan_error"}
+_BLOCK_ATTRIBUTES: Mapping[BlockKind, Mapping[str, Attribute]] = {
+    kind: {**COMMON_ATTRIBUTES, **spec.attributes} for kind, spec in SPECS.items()
 }
-_NAME = r"[A-Za-z_][A-Za-z0-9_.\-]*+"
-_ATTR_NAME = r"[A-Za-z_][A-Za-z0-9_\-]*+"
-_ATTRS = rf"""(?:\s++{_ATTR_NAME}\s*+=\s*+(?:"[^"<]*+"|'[^'<]*+'))*+"""
-# Groups: 1 comment, 2 CDATA, 3 other `<!`, 4 PI, 5 close tag's name, 6 open tag's name, 7 its
-# attributes, 8 "/" when self-closing.
-_TOKEN_RE = re.compile(rf"<(?:(!--)|(!\[CDATA\[)|(!)|(\?)|/({_NAME})\s*+>|({_NAME})({_ATTRS})\s*+(/?)>)")
-_ATTR_RE = re.compile(rf"""({_ATTR_NAME})\s*+=\s*+(?:"([^"]*+)"|'([^']*+)')""")
+_CALL_ATTRIBUTES: Mapping[str, Attribute] = {
+    "id": Ident(),
+    "timeout": Duration(),
+    "retries": IntRange(0, 5, default=0),
+    "on_error": Choice(("skip_dependents", "continue")),
+    "idempotent": Flag(default=False),
+}
+_V2_CALL_ATTRS = frozenset({"backoff", "cache", "view"})
+_EXPLICIT = frozenset({"server", "tool"})
+"""A `<call>`'s own attributes: its route, read by `element`, not call options."""
+_SERVER_BLOCK_ATTRIBUTES: Mapping[str, Attribute] = {"timeout": Duration()}
 # A block's open tag that did not lex (say `<if test="a < b">`): refused rather than read as text,
 # or the calls inside it would run unconditionally.
-_MALFORMED_BLOCK_RE = re.compile(rf"<({'|'.join(sorted(BLOCKS | V2_BLOCKS))})\s[^<>=]*+=")
+_MALFORMED_BLOCK_RE = re.compile(rf"<({'|'.join(sorted(_BLOCKS | V2_KINDS))})\s[^<>=]*+=")
 _THINK_END_RE = re.compile(r"^[ \t]*+<(?!/?think)", re.MULTILINE)
-_ID_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
-_DURATION_RE = re.compile(r"^\s*+(\d{1,18}+(?:\.\d{1,18}+)?)\s*+(ms|s|m)?\s*+$")
-_ENTITY_RE = re.compile(r"&(amp|lt|gt|quot|apos|#\d++|#x[0-9a-fA-F]++);")
-_BAD_AMP_RE = re.compile(r"&(?!(?:amp|lt|gt|quot|apos|#\d++|#x[0-9a-fA-F]++);)")
 _FINAL_ANSWER_RE = re.compile(r"^[ \t]*+Final Answer:[ \t]*+(.*)$", re.MULTILINE)
-_SURROGATE_RE = re.compile("[\ud800-\udfff]")
-_JSON_STRING_RE = re.compile(r'"(?:[^"\\]++|\\.)*+"?', re.DOTALL)
-_LONG_NUMBER_RE = re.compile(rf"(?<![0-9])[0-9]{{{_MAX_NUMBER_DIGITS + 1}}}")
-_NOT_BRACKET_RE = re.compile(r"[^\[\]{}]++")
-_NESTING = {"[": 1, "{": 1, "]": -1, "}": -1}
-_ENTITIES = {"amp": "&", "lt": "<", "gt": ">", "quot": '"', "apos": "'"}
-_CDATA_OPEN, _CDATA_CLOSE = "<![CDATA[", "]]>"
-
-
-@dataclass(frozen=True, slots=True)
-class PlanProblem:
-    """One reason a plan cannot run, with a stable `code` and where it is."""
-
-    code: str
-    message: str
-    step: int | None = None
-    tag: str | None = None
-    id: str | None = None
-    ref: str | None = None
-    line: int | None = None
-
-
-class PlanSyntaxError(Exception):
-    """The turn could not be parsed; carries every problem found."""
-
-    def __init__(self, problems: list[PlanProblem]) -> None:
-        self.problems = problems
-        super().__init__("; ".join(p.message for p in problems))
-
-
-@dataclass(frozen=True, slots=True)
-class ArgsSpec:
-    """A call's arguments as written, before they are bound to the tool's schema."""
-
-    kind: Literal["empty", "json", "args", "text"]
-    value: Any = None
-    """`json`: the object; `args`: a dict of the <arg> values; `text`: the primary parameter's text."""
-
-
-@dataclass(frozen=True, slots=True)
-class CallNode:
-    """One tool call: explicit (`<call>`, a server block's child) or a shorthand."""
-
-    step: int
-    tag: str
-    line: int
-    args: ArgsSpec
-    server: str | None = None
-    """Given by `<call server=>` or the enclosing server block; None for a shorthand."""
-    tool: str | None = None
-    shorthand: str | None = None
-    id: str | None = None
-    timeout: float | None = None
-    retries: int = 0
-    on_error: Literal["skip_dependents", "continue"] = "skip_dependents"
-    idempotent: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class Block:
-    """A control block; the turn itself is an implicit `sequential`."""
-
-    kind: Literal["sequential", "parallel", "race", "fallback"]
-    children: tuple[Node, ...]
-    line: int = 1
-    id: str | None = None
-    timeout: float | None = None
-    stop_on_error: bool = True
-    policy: Literal["all", "fail_fast"] = "all"
-    max_concurrency: int | None = None
-
-
-Node = CallNode | Block
-
-
-@dataclass(frozen=True, slots=True)
-class ParsedTurn:
-    """What one model turn said."""
-
-    root: Block
-    calls: tuple[CallNode, ...]
-    thoughts: tuple[str, ...] = ()
-    answer: str | None = None
-    warnings: tuple[str, ...] = ()
-    depth: int = 0
-
-
-# -- lexing ---------------------------------------------------------------------------------------
-
-_TokenKind = Literal["open", "empty", "close", "comment", "cdata", "pi", "open_comment", "dtd"]
-"""`empty` is a self-closing tag; `open_comment` a `<!--` never closed; `dtd` any other `<!`."""
-
-
-@dataclass(slots=True)
-class _Token:
-    kind: _TokenKind
-    start: int
-    end: int
-    """Where the token ends; for `pi` and `open_comment`, where the item level goes on."""
-    name: str = ""
-    attrs: str = ""
-    close: int | None = None
-    """For an `open` tag: the index of its matching close tag, if any."""
-
-
-def _finder(text: str, needle: str) -> Callable[[int], int]:
-    """`text.find(needle, pos)` for non-decreasing `pos`, reusing the last answer while it holds.
-
-    Many `<?` before one `?>` would otherwise each scan up to it again.
-    """
-    found: int | None = None
-
-    def find(pos: int) -> int:
-        nonlocal found
-        if found is None or (found != -1 and found < pos):
-            found = text.find(needle, pos)
-        return found
-
-    return find
-
-
-def _lex(text: str) -> list[_Token]:
-    """Every markup token of `text`, open tags paired with their close tags."""
-    tokens: list[_Token] = []
-    opened: dict[str, list[_Token]] = {}
-    comment_end, pi_end = _finder(text, "-->"), _finder(text, "?>")
-    pos = 0
-    while (m := _TOKEN_RE.search(text, pos)) is not None:
-        start, pos, group = m.start(), m.end(), m.lastindex
-        if group == 1:
-            end = comment_end(start + 2)
-            if end == -1:
-                tokens.append(_Token("open_comment", start, len(text)))
-            else:
-                pos = end + 3
-                tokens.append(_Token("comment", start, pos))
-        elif group == 2:
-            end = text.find(_CDATA_CLOSE, pos)
-            pos = len(text) if end == -1 else end + 3
-            tokens.append(_Token("cdata", start, pos))
-        elif group == 3:
-            tokens.append(_Token("dtd", start, pos))
-        elif group == 4:
-            end = pi_end(start + 1)
-            tokens.append(_Token("pi", start, len(text) if end == -1 else end + 2))
-        elif group == 5:
-            name = m.group(5)
-            tokens.append(_Token("close", start, pos, name))
-            if stack := opened.get(name):
-                stack.pop().close = len(tokens) - 1
-        else:
-            name, attrs, slash = m.group(6, 7, 8)
-            token = _Token("empty" if slash else "open", start, pos, name, attrs)
-            if not slash:
-                opened.setdefault(name, []).append(token)
-            tokens.append(token)
-    return tokens
-
-
-# -- values ---------------------------------------------------------------------------------------
 
 
 @dataclass
@@ -286,125 +113,43 @@ class _State:
     def problem(self, code: str, message: str, pos: int, **where: Any) -> None:
         self.problems.append(PlanProblem(code, message, line=self.line(pos), **where))
 
+    def decode(self, text: str, where: str, pos: int, **at: Any) -> str:
+        """Character data with entities decoded when well formed (`values.char_data`).
 
-def _char(reference: str) -> str | None:
-    """The character of `#123` or `#x7B`, or None if it is no Unicode scalar value."""
-    digits = reference[2:] if reference.startswith("#x") else reference[1:]
-    significant = digits.lstrip("0") or "0"
-    if len(significant) > (6 if reference.startswith("#x") else 7):
-        return None
-    code = int(significant, 16 if reference.startswith("#x") else 10)
-    return None if code > 0x10FFFF or 0xD800 <= code <= 0xDFFF else chr(code)
+        A character reference to no character (`&#xD800;`, `&#x110000;`) is a `bad_character` problem.
+        """
+        data = char_data(text)
+        if data.verbatim:
+            self.warn(f"{where}: text has a bare '<' or '&', taken verbatim (entities not decoded)")
+        if data.bad_reference is not None:
+            message = (
+                f"{where}: &{data.bad_reference}; is not a Unicode character "
+                "(surrogates and values above #x10FFFF are not)"
+            )
+            self.problem("bad_character", message, pos, **at)
+        return data.text
 
-
-def decode_text(text: str, state: _State, where: str, *, pos: int = 0, **at: Any) -> str:
-    """Character data: the five entities decoded when well formed, else taken verbatim.
-
-    A character reference to no character (`&#xD800;`, `&#x110000;`) is a `bad_character` problem.
-    """
-    if "<" in text or _BAD_AMP_RE.search(text):
-        if "&" in text and _ENTITY_RE.search(text):
-            state.warn(f"{where}: text has a bare '<' or '&', taken verbatim (entities not decoded)")
-        return text
-    bad: list[str] = []
-
-    def sub(match: re.Match[str]) -> str:
-        name = match.group(1)
-        if not name.startswith("#"):
-            return _ENTITIES[name]
-        char = _char(name)
-        if char is None:
-            bad.append(name if len(name) <= 12 else name[:12] + "…")
-            return "\ufffd"
-        return char
-
-    decoded = _ENTITY_RE.sub(sub, text)
-    if bad:
-        state.problem(
-            "bad_character",
-            f"{where}: &{bad[0]}; is not a Unicode character (surrogates and values above #x10FFFF are not)",
-            pos,
-            **at,
-        )
-    return decoded
-
-
-def _refuse_constant(name: str) -> Any:
-    """Python's json reads NaN and Infinity, which are not JSON (and would reach a tool as null)."""
-    raise ValueError(f"{name} is not JSON")
-
-
-def _loads(raw: str) -> Any:
-    """`json.loads` for model input: nesting and number length are checked first, in linear time.
-
-    Raises:
-        ValueError: not JSON (`json.JSONDecodeError`; NaN and Infinity are not JSON either), or
-            nested or numbered beyond the limits.
-    """
-    skeleton = _JSON_STRING_RE.sub("", raw)
-    if _LONG_NUMBER_RE.search(skeleton):
-        raise ValueError(f"a number has more than {_MAX_NUMBER_DIGITS} digits")
-    brackets = _NOT_BRACKET_RE.sub("", skeleton)
-    if len(brackets) > MAX_JSON_DEPTH and max(accumulate(map(_NESTING.__getitem__, brackets))) > MAX_JSON_DEPTH:
-        raise ValueError(f"it nests deeper than {MAX_JSON_DEPTH} levels")
-    try:
-        return json.loads(raw, parse_constant=_refuse_constant)
-    except RecursionError:  # the scanner recursed on a stack already deep: still the input's fault
-        raise ValueError("it nests too deeply") from None
-
-
-def _has_surrogate(value: Any) -> bool:
-    """Whether a decoded JSON value holds a lone surrogate (`"\\ud800"`), which cannot be sent on."""
-    if isinstance(value, str):
-        return _SURROGATE_RE.search(value) is not None
-    if isinstance(value, list):
-        return any(map(_has_surrogate, value))
-    if isinstance(value, dict):
-        return any(_has_surrogate(k) or _has_surrogate(v) for k, v in value.items())
-    return False
-
-
-def _parse_json(raw: str, state: _State, where: str, pos: int, tag: str) -> Any:
-    try:
-        value = _loads(raw)
-    except json.JSONDecodeError as first:
-        repaired = re.sub(r",\s*+([}\]])", r"\1", raw)
-        if '"' not in repaired:
-            repaired = repaired.replace("'", '"')
+    def parse_json(self, raw: str, where: str, pos: int, tag: str) -> Any:
+        """A call's JSON arguments, repaired if need be (with a warning); None after a problem."""
         try:
-            value = _loads(repaired)
-        except ValueError:
-            state.problem(
-                "invalid_json",
-                f"{where}: arguments are not valid JSON ({first.msg} at column {first.colno})",
-                pos,
-                tag=tag,
+            value = loads(raw)
+        except json.JSONDecodeError as first:
+            try:
+                value = loads(relaxed_json(raw))
+            except ValueError:
+                message = f"{where}: arguments are not valid JSON ({first.msg} at column {first.colno})"
+                self.problem("invalid_json", message, pos, tag=tag)
+                return None
+            self.warn(f"{where}: repaired JSON (trailing commas or single quotes)")
+        except ValueError as exc:
+            self.problem("invalid_json", f"{where}: arguments are not valid JSON ({exc})", pos, tag=tag)
+            return None
+        if "\\u" in raw and has_surrogate(value):
+            self.problem(
+                "bad_character", f"{where}: a string holds an unpaired surrogate (\\ud800-\\udfff)", pos, tag=tag
             )
             return None
-        state.warn(f"{where}: repaired JSON (trailing commas or single quotes)")
-    except ValueError as exc:
-        state.problem("invalid_json", f"{where}: arguments are not valid JSON ({exc})", pos, tag=tag)
-        return None
-    if "\\u" in raw and _has_surrogate(value):
-        state.problem("bad_character", f"{where}: a string holds an unpaired surrogate (\\ud800-\\udfff)", pos, tag=tag)
-        return None
-    return value
-
-
-def _attrs(raw: str) -> dict[str, str]:
-    return {m.group(1): m.group(2) if m.group(2) is not None else m.group(3) for m in _ATTR_RE.finditer(raw)}
-
-
-def _duration(value: str) -> float | None:
-    match = _DURATION_RE.match(value)
-    if match is None:
-        return None
-    number, unit = float(match.group(1)), match.group(2) or "s"
-    return number / 1000 if unit == "ms" else number * 60 if unit == "m" else number
-
-
-def _bool(value: str) -> bool | None:
-    return {"true": True, "false": False}.get(value.strip().lower())
+        return value
 
 
 # -- building -------------------------------------------------------------------------------------
@@ -414,7 +159,7 @@ class _Parser:
     def __init__(self, text: str, first_step: int, max_steps: int) -> None:
         self.s = _State(text, first_step)
         self.max_steps = max_steps
-        self.tokens = _lex(text)
+        self.tokens: list[Token] = lex(text)
         self.i = 0
         """The next token to read."""
         self.pos = 0
@@ -482,19 +227,19 @@ class _Parser:
     def element(self, nodes: list[Node], depth: int) -> None:
         s, text, index = self.s, self.s.text, self.i
         token = self.tokens[index]
-        name, attrs, self_closing = token.name, _attrs(token.attrs), token.kind == "empty"
+        name, attrs, self_closing = token.name, attributes(token.attrs), token.kind == "empty"
         if name == "execute_tools":
             s.stopped = True
             self.past(index)
         elif name in ("think", "answer", "result", "plan_error"):
             self.aside(index)
-        elif name in V2_BLOCKS or name == "arg":
+        elif name in V2_KINDS or name == "arg":
             if name == "arg":
                 s.problem("misplaced_arg", "<arg> belongs inside a call or shorthand", token.start, tag="arg")
             else:
                 s.problem("unsupported", f"<{name}> is plan language v2 and not available yet", token.start, tag=name)
             self.past(token.close if token.close is not None else index)
-        elif name in BLOCKS:
+        elif name in _BLOCKS:
             self.block(index, attrs, nodes, depth)
         elif name == "call":
             self.call(index, attrs, nodes, server=attrs.get("server"), tool=attrs.get("tool"), explicit=True)
@@ -545,7 +290,7 @@ class _Parser:
     def block(self, index: int, attrs: dict[str, str], nodes: list[Node], depth: int) -> None:
         s = self.s
         token = self.tokens[index]
-        kind = token.name
+        kind = BlockKind(token.name)
         line = s.line(token.start)
         if depth + 1 > MAX_DEPTH:
             s.problem("too_deep", f"blocks nest deeper than {MAX_DEPTH} levels", token.start, tag=kind)
@@ -554,52 +299,52 @@ class _Parser:
             else:
                 self.past(token.close if token.close is not None else index)
             return
-        options = self.block_options(kind, attrs, token.start)
+        options = self.attribute_values(_BLOCK_ATTRIBUTES[kind], attrs, kind, token.start)
+        ident, timeout = options.pop("id", None), options.pop("timeout", None)
         self.past(index)
         children = [] if token.kind == "empty" else self.items(kind, depth + 1)
-        nodes.append(Block(kind, tuple(children), line, **options))  # type: ignore[arg-type]
+        nodes.append(Block(kind, tuple(children), line, ident, timeout, MappingProxyType(options)))
 
-    def block_options(self, kind: str, attrs: dict[str, str], pos: int) -> dict[str, Any]:
+    def attribute_values(
+        self,
+        table: Mapping[str, Attribute],
+        attrs: Mapping[str, str],
+        tag: str,
+        pos: int,
+        step: int | None = None,
+        *,
+        skip: frozenset[str] = frozenset(),
+        v2: frozenset[str] = frozenset(),
+        unknown: str = "<{tag}> has no attribute '{key}'",
+    ) -> dict[str, Any]:
+        """`attrs` read with `table`, less those in `skip`; unknown, `v2` and bad ones are problems."""
         s = self.s
-        options: dict[str, Any] = {}
-        for key, value in attrs.items():
-            if key not in BLOCK_ATTRS[kind]:
-                s.problem("unknown_attribute", f"<{kind}> has no attribute '{key}'", pos, tag=kind)
-            elif key == "id":
-                options["id"] = self.ident(value, kind, pos)
-            elif key == "timeout":
-                options["timeout"] = self.duration(value, kind, pos)
-            elif key == "stop_on_error":
-                options["stop_on_error"] = self.boolean(value, kind, key, pos)
-            elif key == "max_concurrency":
-                options["max_concurrency"] = self.integer(value, kind, key, pos, 1, 64)
-            elif key == "policy":
-                if value.startswith("quorum:"):
-                    s.problem(
-                        "unsupported", "policy 'quorum:k' is plan language v2 and not available yet", pos, tag=kind
-                    )
-                elif value not in ("all", "fail_fast"):
-                    s.problem("bad_attribute", f"<{kind} policy='{value}'>: use 'all' or 'fail_fast'", pos, tag=kind)
-                else:
-                    options["policy"] = value
-        return options
+        values: dict[str, Any] = {}
+        for key, raw in attrs.items():
+            if key in skip:
+                continue
+            if key in v2:
+                message = f"attribute '{key}' is plan language v2 and not available yet"
+                s.problem("unsupported", message, pos, step=step, tag=tag)
+                continue
+            attribute = table.get(key)
+            if attribute is None:
+                s.problem("unknown_attribute", unknown.format(tag=tag, key=key), pos, step=step, tag=tag)
+                continue
+            try:
+                values[key] = attribute.parse(raw, key)
+            except BadValue as bad:
+                s.problem(bad.code, str(bad), pos, step=step, tag=tag)
+        return values
 
     def server_block(self, index: int, attrs: dict[str, str], nodes: list[Node]) -> None:
         s, tokens = self.s, self.tokens
         token = tokens[index]
         server, close = token.name, token.close
         assert close is not None
-        timeout = None
-        for key, value in attrs.items():
-            if key == "timeout":
-                timeout = self.duration(value, server, token.end)
-            else:
-                s.problem(
-                    "unknown_attribute",
-                    f"server block <{server}> takes only 'timeout', not '{key}'",
-                    token.end,
-                    tag=server,
-                )
+        unknown = "server block <{tag}> takes only 'timeout', not '{key}'"
+        options = self.attribute_values(_SERVER_BLOCK_ATTRIBUTES, attrs, server, token.end, unknown=unknown)
+        timeout = options.get("timeout")
         self.past(index)
         while self.i < close and not s.stopped:
             item = tokens[self.i]
@@ -617,7 +362,7 @@ class _Parser:
                     break
                 self.past(item.close if item.close is not None else self.i)
                 continue
-            if name in RESERVED:
+            if name in _RESERVED:
                 s.problem(
                     "bad_tool_tag",
                     f'<{name}> cannot be a tool of server <{server}>; use <call server="{server}" tool="{name}">',
@@ -625,7 +370,9 @@ class _Parser:
                     tag=name,
                 )
                 break
-            self.call(self.i, _attrs(item.attrs), nodes, server=server, tool=name, default_timeout=timeout, limit=close)
+            self.call(
+                self.i, attributes(item.attrs), nodes, server=server, tool=name, default_timeout=timeout, limit=close
+            )
         else:  # no break: the text after the last tool is ignored, but a `<` there is no tool either
             if not s.stopped:
                 self.server_text(server, tokens[close].start, trailing=True)
@@ -692,37 +439,8 @@ class _Parser:
         step = s.next_step
         s.next_step += 1
         options: dict[str, Any] = {"timeout": default_timeout}
-        known = CALL_ATTRS | ({"server", "tool"} if explicit else frozenset())
-        for key, value in attrs.items():
-            if key in V2_CALL_ATTRS:
-                s.problem(
-                    "unsupported",
-                    f"attribute '{key}' is plan language v2 and not available yet",
-                    start,
-                    step=step,
-                    tag=name,
-                )
-            elif key not in known:
-                s.problem("unknown_attribute", f"<{name}> has no attribute '{key}'", start, step=step, tag=name)
-            elif key == "id":
-                options["id"] = self.ident(value, name, start, step)
-            elif key == "timeout":
-                options["timeout"] = self.duration(value, name, start, step)
-            elif key == "retries":
-                options["retries"] = self.integer(value, name, key, start, 0, 5, step) or 0
-            elif key == "on_error":
-                if value not in ("skip_dependents", "continue"):
-                    s.problem(
-                        "bad_attribute",
-                        f"on_error='{value}': use 'skip_dependents' or 'continue'",
-                        start,
-                        step=step,
-                        tag=name,
-                    )
-                else:
-                    options["on_error"] = value
-            elif key == "idempotent":
-                options["idempotent"] = bool(self.boolean(value, name, key, start, step))
+        skip = _EXPLICIT if explicit else frozenset()
+        options |= self.attribute_values(_CALL_ATTRIBUTES, attrs, name, start, step, skip=skip, v2=_V2_CALL_ATTRS)
         args = self.arguments(body, name, token.end, step, index + 1, close)
         node = CallNode(step, name, s.line(start), args, server=server, tool=tool, shorthand=shorthand, **options)
         s.calls.append(node)
@@ -735,11 +453,11 @@ class _Parser:
         stripped = body.strip()
         if not stripped:
             return ArgsSpec("empty")
-        if stripped.startswith(_CDATA_OPEN) and stripped.endswith(_CDATA_CLOSE):
-            return ArgsSpec("text", stripped[len(_CDATA_OPEN) : -len(_CDATA_CLOSE)])
+        if stripped.startswith(CDATA_OPEN) and stripped.endswith(CDATA_CLOSE):
+            return ArgsSpec("text", stripped[len(CDATA_OPEN) : -len(CDATA_CLOSE)])
         if stripped.startswith("{"):
-            decoded = decode_text(stripped, s, where, pos=pos, step=step, tag=tag)
-            value = _parse_json(decoded, s, where, pos, tag)
+            decoded = s.decode(stripped, where, pos, step=step, tag=tag)
+            value = s.parse_json(decoded, where, pos, tag)
             if value is not None and not isinstance(value, dict):
                 s.problem("invalid_json", f"{where}: arguments must be a JSON object", pos, step=step, tag=tag)
             return ArgsSpec("json", value if isinstance(value, dict) else {})
@@ -751,7 +469,7 @@ class _Parser:
             and not s.text[pos : head.start].strip()
         ):
             return ArgsSpec("args", self.arg_elements(first, close, where, pos, step))
-        return ArgsSpec("text", decode_text(body.strip("\n"), s, where, pos=pos, step=step, tag=tag))
+        return ArgsSpec("text", s.decode(body.strip("\n"), where, pos, step=step, tag=tag))
 
     def arg_elements(self, first: int, close: int, where: str, pos: int, step: int) -> dict[str, Any]:
         """The `<arg>` elements among tokens `first..close-1`."""
@@ -768,7 +486,7 @@ class _Parser:
                     "bad_arg", f"{where}: only <arg> elements may sit beside <arg>, found <{tag.name}>", pos, step=step
                 )
                 break
-            attrs = _attrs(tag.attrs)
+            attrs = attributes(tag.attrs)
             if tag.kind == "empty":
                 raw, index = "", index + 1
             elif tag.close is None or tag.close >= close:
@@ -788,61 +506,25 @@ class _Parser:
     def arg_value(self, raw: str, name: str, kind: str, where: str, pos: int, step: int) -> Any:
         s = self.s
         stripped = raw.strip()
-        cdata = stripped.startswith(_CDATA_OPEN) and stripped.endswith(_CDATA_CLOSE)
+        cdata = stripped.startswith(CDATA_OPEN) and stripped.endswith(CDATA_CLOSE)
         if cdata:
-            text = stripped[len(_CDATA_OPEN) : -len(_CDATA_CLOSE)]
+            text = stripped[len(CDATA_OPEN) : -len(CDATA_CLOSE)]
         else:
-            text = decode_text(raw, s, f"{where} <arg name='{name}'>", pos=pos, step=step, tag="arg")
+            text = s.decode(raw, f"{where} <arg name='{name}'>", pos, step=step, tag="arg")
         if kind == "string":
             return text if cdata else text.strip("\n")
         try:
-            value = _loads(text)
+            value = loads(text)
         except ValueError as exc:
             reason = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
             where = f"{where} <arg name='{name}' type='json'>"
             s.problem("invalid_json", f"{where}: {reason}", pos, step=step, tag="arg")
             return None
-        if "\\u" in text and _has_surrogate(value):
+        if "\\u" in text and has_surrogate(value):
             message = f"{where} <arg name='{name}'>: a string holds an unpaired surrogate (\\ud800-\\udfff)"
             s.problem("bad_character", message, pos, step=step, tag="arg")
             return None
         return value
-
-    # -- attribute values -------------------------------------------------------------------------
-
-    def ident(self, value: str, tag: str, pos: int, step: int | None = None) -> str | None:
-        if not _ID_RE.match(value):
-            self.s.problem("bad_id", f"id='{value}' must match [A-Za-z_][A-Za-z0-9_]{{0,63}}", pos, step=step, tag=tag)
-            return None
-        return value
-
-    def duration(self, value: str, tag: str, pos: int, step: int | None = None) -> float | None:
-        seconds = _duration(value)
-        if seconds is None or seconds <= 0:
-            self.s.problem(
-                "bad_attribute", f"timeout='{value}': write a duration like 500ms, 20s or 2m", pos, step=step, tag=tag
-            )
-            return None
-        return seconds
-
-    def boolean(self, value: str, tag: str, key: str, pos: int, step: int | None = None) -> bool | None:
-        parsed = _bool(value)
-        if parsed is None:
-            self.s.problem("bad_attribute", f"{key}='{value}': use true or false", pos, step=step, tag=tag)
-        return parsed
-
-    def integer(
-        self, value: str, tag: str, key: str, pos: int, low: int, high: int, step: int | None = None
-    ) -> int | None:
-        digits = value.strip()
-        # isdecimal, not isdigit: "²" is a digit that int() refuses.
-        number = int(digits) if digits.isdecimal() and len(digits) <= _MAX_ATTR_DIGITS else None
-        if number is None or not low <= number <= high:
-            self.s.problem(
-                "bad_attribute", f"{key}='{value}': use a whole number from {low} to {high}", pos, step=step, tag=tag
-            )
-            return None
-        return number
 
 
 def parse_turn(
@@ -862,8 +544,8 @@ def parse_turn(
     size = len(text.encode("utf-8", errors="replace"))
     if size > max_bytes:
         raise PlanSyntaxError([PlanProblem("too_large", f"the plan is {size} bytes; the limit is {max_bytes}")])
-    if (surrogate := _SURROGATE_RE.search(text)) is not None:
-        line = text.count("\n", 0, surrogate.start()) + 1
+    if (surrogate := surrogate_at(text)) is not None:
+        line = text.count("\n", 0, surrogate) + 1
         message = "the plan holds an unpaired surrogate code point, which is no character; send valid Unicode"
         raise PlanSyntaxError([PlanProblem("bad_character", message, line=line)])
     parser = _Parser(text, first_step, max_steps)
@@ -883,7 +565,7 @@ def parse_turn(
         warnings.append("the turn has both plan items and an answer: the plan ran, the answer was dropped")
         answer = None
     return ParsedTurn(
-        root=Block("sequential", tuple(nodes)),
+        root=Block(BlockKind.SEQUENTIAL, tuple(nodes)),
         calls=tuple(s.calls),
         thoughts=tuple(s.thoughts),
         answer=answer,

@@ -25,12 +25,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from toolscore._json import iter_strings, map_strings
+from toolscore.errors import RefError, RefSyntaxError
+
 __all__ = [
     "STAR",
     "VALUE_FIELDS",
     "Ref",
-    "RefError",
-    "RefSyntaxError",
     "contains_ref",
     "find_refs",
     "parse_template",
@@ -62,14 +63,6 @@ STAR = _Star()
 """Path segment `[*]`: apply the rest of the path to every element."""
 
 PathSegment = str | int | _Star
-
-
-class RefSyntaxError(ValueError):
-    """A `${...}` that is not a valid v1 reference."""
-
-
-class RefError(LookupError):
-    """A reference that does not resolve (missing step, key or index)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,36 +178,22 @@ def repair_mustache(value: Any, known: Callable[[int | str], bool]) -> tuple[Any
         repaired.append(match.group(0))
         return "${" + inner + "}"
 
-    def walk(item: Any) -> Any:
-        if isinstance(item, str):
-            return _MUSTACHE.sub(sub, item)
-        if isinstance(item, list):
-            return [walk(i) for i in item]
-        if isinstance(item, dict):
-            return {k: walk(v) for k, v in item.items()}
-        return item
-
-    return walk(value), repaired
+    return map_strings(value, lambda text: _MUSTACHE.sub(sub, text)), repaired
 
 
 def find_refs(value: Any) -> list[Ref]:
-    """Every reference in a JSON value's strings (keys are not templates)."""
-    found: list[Ref] = []
-    if isinstance(value, str):
-        found.extend(p for p in parse_template(value) if isinstance(p, Ref))
-    elif isinstance(value, list):
-        for item in value:
-            found.extend(find_refs(item))
-    elif isinstance(value, dict):
-        for item in value.values():
-            found.extend(find_refs(item))
-    return found
+    """Every reference in a JSON value's strings, in document order (keys are not templates).
+
+    Raises:
+        RefSyntaxError: a `${...}` that is not a v1 reference.
+    """
+    return [part for text in iter_strings(value) for part in parse_template(text) if isinstance(part, Ref)]
 
 
 def contains_ref(value: Any) -> bool:
     """Whether a JSON value holds a reference anywhere (syntax errors count as references)."""
     try:
-        return bool(find_refs(value))
+        return any(isinstance(part, Ref) for text in iter_strings(value) for part in parse_template(text))
     except RefSyntaxError:
         return True
 
@@ -293,22 +272,17 @@ def resolve(
                 )
         return item
 
-    def walk(item: Any) -> Any:
-        if isinstance(item, str):
-            parts = parse_template(item)
-            if len(parts) == 1 and isinstance(parts[0], Ref):
-                return spend(_value_of(parts[0], lookup), parts[0].raw)
-            pieces: list[str] = []
-            for part in parts:
-                if isinstance(part, str):
-                    pieces.append(spend(part, "literal text"))
-                else:
-                    pieces.append(spend(_render(_value_of(part, lookup)), part.raw))
-            return "".join(pieces)
-        if isinstance(item, list):
-            return [walk(i) for i in item]
-        if isinstance(item, dict):
-            return {key: walk(i) for key, i in item.items()}
-        return item
+    def substitute(text: str) -> Any:
+        parts = parse_template(text)
+        if len(parts) == 1 and isinstance(parts[0], Ref):
+            return spend(_value_of(parts[0], lookup), parts[0].raw)
+        pieces: list[str] = []
+        for part in parts:
+            if isinstance(part, str):
+                pieces.append(spend(part, "literal text"))
+            else:
+                pieces.append(spend(_render(_value_of(part, lookup)), part.raw))
+        return "".join(pieces)
 
-    return walk(value)
+    # Strings are substituted in document order, so `spend` stops at the first one past the limit.
+    return map_strings(value, substitute)

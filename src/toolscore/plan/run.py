@@ -1,16 +1,14 @@
 """Running a checked plan over the downstream servers, every step through the engine.
 
 Theory of operation. In plan language v1 a call may only reference nodes that structurally
-finish before it starts (see `_plan_check`), so the block tree already holds every data edge: a
+finish before it starts (see `check.py`), so the block tree already holds every data edge: a
 recursive walk with anyio task groups starts each node the moment its structural predecessors
 finish, which is exactly the event-driven dataflow order, with no polling and no layer barriers.
 
-- `<sequential>` runs children in order; after a failure the rest are `skipped` (unless
-  `stop_on_error="false"`, or the failed call said `on_error="continue"`).
-- `<parallel>` starts children together (at most `max_concurrency`); `fail_fast` cancels running
-  siblings at the first failure and skips those not started.
-- `<race>` starts all; the first `ok` wins and the rest are cancelled.
-- `<fallback>` tries alternatives in order until one is `ok`; the rest are skipped.
+How a block runs its children is its kind's strategy in the block table (`blocks.py`): given
+`_node` as the callback that runs one child, `<sequential>` awaits them in order, `<parallel>`
+and `<race>` start them in one task group and cancel it when their outcome is decided,
+`<fallback>` awaits alternatives in turn. A child that never ran keeps the status `skipped`.
 
 Deadlines nest: a call's `timeout` is passed to the engine (which cancels the downstream call);
 a block's `timeout` and the plan budget are cancel scopes. A step cancelled after its effective
@@ -27,20 +25,19 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import anyio
 import mcp_types
 
 from toolscore._engine import ToolExecutionEngine
-from toolscore.plan.check import CheckedBlock, CheckedCall, CheckedNode, CheckedPlan
-from toolscore.plan.parse import Block
-from toolscore.plan.refs import RefError, resolve
+from toolscore.errors import RefError
+from toolscore.plan.blocks import SPECS
+from toolscore.plan.nodes import Block, CheckedBlock, CheckedCall, CheckedNode, CheckedPlan, Status
+from toolscore.plan.refs import resolve
 from toolscore.types import ProgressFn
 
-__all__ = ["BlockOutcome", "Episode", "PlanRunner", "Status", "StepRecord"]
-
-Status = Literal["ok", "error", "timeout", "cancelled", "skipped", "ref_error"]
+__all__ = ["BlockOutcome", "Episode", "PlanRunner", "StepRecord"]
 
 _RETRY_KINDS = frozenset({"timeout", "unavailable", "protocol"})
 _BACKOFF_FIRST, _BACKOFF_MAX = 0.25, 5.0
@@ -126,10 +123,6 @@ def _json_of(result: mcp_types.CallToolResult, text: str) -> Any:
         return text
 
 
-def _failed(status: Status) -> bool:
-    return status != "ok"
-
-
 class PlanRunner:
     """Runs one checked turn of an episode."""
 
@@ -171,8 +164,12 @@ class PlanRunner:
         for ident, target in plan.ids.items():
             if isinstance(target, Block):
                 self._episode.ids[ident] = None
-        with anyio.move_on_after(budget) as scope:
-            await self._node(plan.root, anyio.current_time() + budget)
+        # One reading of the clock for the scope and the deadline its steps compare against: two
+        # readings could differ by more than the tolerance on a busy loop, and a step the budget
+        # cut short would show as `cancelled`.
+        deadline = anyio.current_time() + budget
+        with anyio.CancelScope(deadline=deadline) as scope:
+            await self._node(plan.root, deadline)
         return not scope.cancelled_caught
 
     # -- nodes ------------------------------------------------------------------------------------
@@ -182,70 +179,21 @@ class PlanRunner:
         if isinstance(node, CheckedCall):
             return await self._call(node, deadline)
         block = node.block
+        spec = SPECS[block.kind]
         if block.timeout is None:
-            status = await self._block(node, deadline)
+            status = await spec.run(node, self._node, deadline)
         else:
-            with anyio.move_on_after(block.timeout) as scope:
-                status = await self._block(node, min(deadline, anyio.current_time() + block.timeout))
+            own = anyio.current_time() + block.timeout
+            with anyio.CancelScope(deadline=own) as scope:
+                status = await spec.run(node, self._node, min(deadline, own))
             if scope.cancelled_caught:
                 status = "timeout"
         value = self._block_value(node, status)
         if block.id:
             self._episode.block_values[block.id] = value
-        if (_failed(status) and block.kind != "sequential") or status == "timeout":
+        if (status != "ok" and spec.failure is not None) or status == "timeout":
             self.blocks.append(BlockOutcome(block.kind, block.id, status, self._block_error(node, status)))
         return status
-
-    async def _block(self, node: CheckedBlock, deadline: float) -> Status:
-        kind = node.block.kind
-        if kind == "sequential":
-            return await self._sequential(node, deadline)
-        if kind == "fallback":
-            for child in node.children:
-                if await self._node(child, deadline) == "ok":
-                    return "ok"
-            return "error"
-        return await self._concurrent(node, deadline)
-
-    async def _sequential(self, node: CheckedBlock, deadline: float) -> Status:
-        status: Status = "ok"
-        for child in node.children:
-            child_status = await self._node(child, deadline)
-            if _failed(child_status) and not self._continues(child):
-                status = "error" if child_status != "timeout" else "timeout"
-                if node.block.stop_on_error:
-                    break
-        return status
-
-    async def _concurrent(self, node: CheckedBlock, deadline: float) -> Status:
-        block = node.block
-        statuses: list[Status] = []
-        limit = anyio.CapacityLimiter(block.max_concurrency) if block.max_concurrency else None
-        winner = False
-        async with anyio.create_task_group() as tg:
-
-            async def child_task(child: CheckedNode) -> None:
-                nonlocal winner
-                if limit is not None:
-                    async with limit:
-                        status = await self._node(child, deadline)
-                else:
-                    status = await self._node(child, deadline)
-                statuses.append(status)
-                if block.kind == "race" and status == "ok":
-                    winner = True
-                    tg.cancel_scope.cancel()
-                elif block.kind == "parallel" and block.policy == "fail_fast" and _failed(status):
-                    tg.cancel_scope.cancel()
-
-            for child in node.children:
-                tg.start_soon(child_task, child)
-        if block.kind == "race":
-            return "ok" if winner else "error"
-        return "ok" if len(statuses) == len(node.children) and not any(map(_failed, statuses)) else "error"
-
-    def _continues(self, node: CheckedNode) -> bool:
-        return isinstance(node, CheckedCall) and node.node.on_error == "continue"
 
     # -- calls ------------------------------------------------------------------------------------
 
@@ -335,28 +283,7 @@ class PlanRunner:
         return out
 
     def _block_value(self, node: CheckedBlock, status: Status) -> dict[str, Any] | None:
-        values = self._child_values(node)
-        kind = node.block.kind
-        if kind == "sequential":
-            return values[-1][1] if values else None
-        if kind in ("race", "fallback"):
-            winners = [v for _, v in values if v is not None and v["status"] == "ok"]
-            return winners[0] if winners else None
-        if all(ident for ident, _ in values):
-            combined: Any = {ident: (v or {}).get("json") for ident, v in values}
-        else:
-            combined = [(v or {}).get("json") for _, v in values]
-        text = json.dumps(combined, ensure_ascii=False, separators=(",", ":"))
-        return {
-            "status": status,
-            "text": text,
-            "json": combined,
-            "error": None,
-            "ms": 0,
-            "attempts": 1,
-            "server": None,
-            "tool": "parallel",
-        }
+        return SPECS[node.block.kind].value(self._child_values(node), status)
 
     def _block_error(self, node: CheckedBlock, status: Status) -> str:
         kind = node.block.kind
@@ -367,5 +294,4 @@ class PlanRunner:
             for c in node.children
             if isinstance(c, CheckedCall) and self._episode.steps[c.step].status != "ok"
         ]
-        what = "every alternative failed" if kind in ("race", "fallback") else "some steps failed"
-        return f"<{kind}>: {what}" + (f" ({'; '.join(failed)})" if failed else "")
+        return f"<{kind}>: {SPECS[kind].failure}" + (f" ({'; '.join(failed)})" if failed else "")

@@ -17,8 +17,11 @@ import mcp_types
 from toolscore._engine import ToolExecutionEngine, error_result
 from toolscore.audit.sinks import AuditRecord, AuditSink
 from toolscore.config import Config
-from toolscore.plan.check import CheckedBlock, CheckedCall, CheckedPlan, PlanCheckError, check_plan, shorthand_table
-from toolscore.plan.parse import ParsedTurn, PlanProblem, PlanSyntaxError, parse_turn
+from toolscore.errors import PlanCheckError, PlanProblem, PlanSyntaxError
+from toolscore.plan.blocks import SPECS
+from toolscore.plan.check import check_plan, shorthand_table
+from toolscore.plan.nodes import CheckedBlock, CheckedCall, CheckedPlan, ParsedTurn
+from toolscore.plan.parse import parse_turn
 from toolscore.plan.run import Episode, PlanRunner
 from toolscore.plan.transcript import render_plan_errors, render_results
 from toolscore.types import ProgressFn, ToolSource
@@ -32,13 +35,16 @@ Run several tool calls in one turn: write an XML plan; toolscore checks the whol
 answers with one <result step= status=> per call.
 - Call: <SERVER><TOOL>{{"json": "args"}}</TOOL></SERVER>, or <call server="S" tool="T">{{...}}</call>.
 - Shorthand tags take text for their main parameter: {shorthands}.
-- Blocks: <parallel>, <sequential stop_on_error="true">, <race> (first success wins), <fallback> (in order until one \
-succeeds). Call attributes: id="name", timeout="20s", retries="2" (read-only/idempotent tools), on_error="continue".
+- Blocks: {blocks}. Call attributes: id="name", timeout="20s", retries="2" (read-only/idempotent tools), \
+on_error="continue".
 - Use earlier results: ${{id}}, ${{3}}, $result_of_step_3, with paths ${{id.items[0].url}}, ${{id.text}}, \
 ${{id.status}}; a JSON string that is exactly one reference gets the typed value. $$ is a literal $.
 - A step may only use steps that finish before it starts (earlier in a sequence, or an earlier turn of the same \
 episode). End the plan with <execute_tools />. Put reasoning in <think>...</think>.
 Servers: {servers}."""
+
+_BLOCKS = ", ".join(spec.summary for spec in SPECS.values())
+"""Every block tag as the contract lists it, from the block table."""
 
 _SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -108,7 +114,9 @@ class EpisodeStore:
 
     def end(self, caller: str, ident: str) -> None:
         """Forget one episode (it reached its answer)."""
-        self._by_caller.get(caller, {}).pop(ident, None)
+        episodes = self._by_caller.get(caller)
+        if episodes is not None:
+            episodes.pop(ident, None)
 
     def forget(self, caller: str) -> None:
         """Forget every episode of a caller that has gone away."""
@@ -157,7 +165,9 @@ class Orchestrator:
             if registry.find(server, binding.tool) is not None
         )
         description = _CONTRACT.format(
-            shorthands=shorthands or "none configured", servers=", ".join(registry.servers) or "none"
+            shorthands=shorthands or "none configured",
+            servers=", ".join(registry.servers) or "none",
+            blocks=_BLOCKS,
         )
         return mcp_types.Tool(
             name=ORCHESTRATE,
@@ -240,7 +250,7 @@ class Orchestrator:
             budget_expired=not finished,
             intermediate=_referenced_steps(checked),
         )
-        outcome = Counter(r.status for r in records)
+        outcome: Counter[str] = Counter(r.status for r in records)
         self._audit_plan(plan, request_id, plan_id, began, dict(outcome), success=outcome.get("ok", 0) == len(records))
         structured = {"episode": episode.id, "plan_id": plan_id, "completed": finished, "steps": steps}
         return _text(text, structured=structured)
@@ -302,7 +312,7 @@ class Orchestrator:
                     "retries": n.node.retries,
                 }
             block = n.block
-            return {"block": block.kind, "id": block.id, "children": [node(c) for c in n.children]}
+            return {"block": str(block.kind), "id": block.id, "children": [node(c) for c in n.children]}
 
         tree = node(plan.root)
         lines = [f'<plan steps="{len(plan.calls)}" episode="{episode.id}" dry_run="true">']

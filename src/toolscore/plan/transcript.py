@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 from xml.sax.saxutils import escape, quoteattr
 
-from toolscore.plan.parse import PlanProblem
+from toolscore.errors import PlanProblem
 from toolscore.plan.run import BlockOutcome, StepRecord
 
 __all__ = ["View", "render_plan_errors", "render_results", "view_of"]
@@ -71,7 +71,7 @@ def render_results(
         room = max(min(cap, per_turn - spent), 256)
         view = view_of(body, room)
         spent += len(view.text.encode())
-        attrs = {
+        attrs: dict[str, Any] = {
             "step": record.step,
             "id": record.id,
             "server": record.server,
@@ -99,8 +99,8 @@ def render_results(
             }
         )
     for block in blocks:
-        attrs = _attrs({"block": block.kind, "id": block.id, "status": block.status})
-        lines.append(f"<result{attrs}>{escape(block.error or '')}</result>")
+        block_attrs = _attrs({"block": block.kind, "id": block.id, "status": block.status})
+        lines.append(f"<result{block_attrs}>{escape(block.error or '')}</result>")
     if budget_expired:
         lines.append("<warning>the plan's time budget ran out: unfinished steps were cancelled</warning>")
     lines.extend(f"<warning>{escape(w)}</warning>" for w in warnings)

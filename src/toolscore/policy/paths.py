@@ -21,13 +21,14 @@ a few argument names holding strings: it walks the whole arguments value once.
 
 from __future__ import annotations
 
-import fnmatch
 import os
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, unquote, urlsplit
+
+from toolscore._glob import matches
 
 __all__ = ["PATH_WORDS", "Confinement", "PathViolation", "names_path"]
 
@@ -57,8 +58,7 @@ def names_path(key: str, extra: Iterable[str] = ()) -> bool:
     words = _WORD.findall(key)
     if words and words[-1].lower() in PATH_WORDS:
         return True
-    folded = key.casefold()
-    return any(fnmatch.fnmatchcase(folded, pattern.casefold()) for pattern in extra)
+    return matches(key.casefold(), [pattern.casefold() for pattern in extra])
 
 
 def _within(real: str, roots: tuple[str, ...]) -> bool:
@@ -87,6 +87,8 @@ class Confinement:
         pinned = self._walk(arguments, "", False, is_path_key, violations, 0)
         return pinned, violations
 
+    # Its own walk, not `_json.map_strings_at`: whether a string is a path depends on the keys above
+    # it, a number or null under a path key is itself a violation, and the depth is bounded.
     def _walk(
         self,
         value: Any,

@@ -1,4 +1,4 @@
-"""Secret redaction for results and audit records; pure.
+"""Secret redaction for results and audit records (`Redactor`, `RedactingAuditSink`); pure.
 
 Patterns for credentials that commonly leak through tool output: cloud and SaaS API keys, bearer
 tokens, JWTs, private key blocks, passwords in URLs, and `key = value` assignments whose key says
@@ -9,9 +9,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from json import dumps, loads
 from typing import Any
 
-__all__ = ["REDACTED", "Redactor"]
+from toolscore._json import iter_strings, map_strings
+from toolscore.audit.sinks import AuditRecord, AuditSink
+
+__all__ = ["REDACTED", "RedactingAuditSink", "Redactor"]
 
 REDACTED = "[REDACTED]"
 
@@ -33,7 +37,7 @@ _BUILTIN = [
 # Every built-in pattern contains one of these (lowercased); text with none of them has no secret
 # the built-ins could find, and skips the regular expressions entirely.
 _ANCHORS = (
-    "-----begin", "akia", "gh", "sk-", "xox", "aiza", "eyj", "bearer", "://",
+    "-----begin", "akia", "gh", "github_pat_", "sk-", "xox", "aiza", "eyj", "bearer", "://",
     "api_key", "api-key", "apikey", "secret", "token", "password", "passwd",
 )  # fmt: skip
 
@@ -69,11 +73,34 @@ class Redactor:
         return value
 
     def json(self, value: Any) -> Any:
-        """A JSON value with every string redacted (keys included)."""
-        if isinstance(value, str):
-            return self.text(value)
-        if isinstance(value, list):
-            return [self.json(v) for v in value]
-        if isinstance(value, dict):
-            return {self.text(k): self.json(v) for k, v in value.items()}
-        return value
+        """A JSON value with every string redacted, object keys included; `value` itself when none held a secret."""
+        if all(self.text(s) == s for s in iter_strings(value, keys=True)):
+            return value  # the common case: nothing to copy
+        # `map_strings` leaves object keys alone; the decoder's object hook redacts them, so this
+        # module keeps no JSON walk of its own.
+        rekeyed = loads(dumps(value), object_pairs_hook=lambda pairs: {self.text(k): v for k, v in pairs})
+        return map_strings(rekeyed, self.text)
+
+
+class RedactingAuditSink:
+    """Redacts argument values and error texts before they reach the audit file."""
+
+    def __init__(self, inner: AuditSink, redactor: Redactor) -> None:
+        self._inner = inner
+        self._redactor = redactor
+
+    def write(self, record: AuditRecord) -> None:
+        """Redact, then pass on."""
+        update: dict[str, Any] = {}
+        if (
+            record.arguments is not None
+            and (arguments := self._redactor.json(record.arguments)) is not record.arguments
+        ):
+            update["arguments"] = arguments
+        if record.error is not None and (error := self._redactor.text(record.error)) != record.error:
+            update["error"] = error
+        self._inner.write(record.model_copy(update=update) if update else record)  # most records hold no secret
+
+    def close(self) -> None:
+        """Close the wrapped sink."""
+        self._inner.close()

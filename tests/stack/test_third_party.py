@@ -13,7 +13,7 @@ from tests.conftest import make_config, running_gateway, wait_for
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
 
-NPM = Path(__file__).parent.parent / ".toolscore" / "servers" / "npm"
+NPM = Path(__file__).parents[2] / ".toolscore" / "servers" / "npm"
 EVERYTHING = NPM / "everything" / "node_modules" / ".bin" / "mcp-server-everything"
 FILESYSTEM = NPM / "docs" / "node_modules" / ".bin" / "mcp-server-filesystem"
 

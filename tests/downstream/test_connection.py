@@ -1,12 +1,10 @@
-"""Passthrough over real MCP traffic: a real client, the real front, fixture servers as subprocesses."""
+"""A downstream connection over real MCP traffic: results verbatim, errors, deadlines, cancellation,
+progress, list changes, pagination, audit. The fixture server runs in this process (the transport is
+not the subject here: tests/downstream/test_child.py and test_transports.py cover the real ones)."""
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -15,27 +13,17 @@ import mcp_types
 import pytest
 from mcp import Client
 
-from tests.conftest import (
-    FIXTURE_SERVER,
-    RAW_SERVER,
-    fixture_entry,
-    free_port,
-    make_config,
-    running_gateway,
-    text,
-    wait_for,
-)
+from tests.conftest import memory_gateway, text, wait_for
 from toolscore import Gateway
 
-pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
+pytestmark = pytest.mark.anyio
 
 ERAS = ["legacy", "auto"]  # 2025-11-25 handshake clients, and 2026-07-28 (the Python SDK's default)
 
 
 @pytest.fixture
 async def gateway(tmp_path: Path) -> AsyncIterator[Gateway]:
-    cfg = make_config({"fx": fixture_entry(tmp_path, timeout=20)})
-    async with running_gateway(cfg, tmp_path) as (gw, _):
+    async with memory_gateway(tmp_path, {"fx": {"timeout": 20}}) as (gw, _):
         yield gw
 
 
@@ -95,8 +83,10 @@ async def test_unknown_tools_are_tool_errors_naming_the_servers(gateway: Gateway
 
 
 async def test_a_timeout_cancels_the_downstream_call(tmp_path: Path) -> None:
-    cfg = make_config({"fx": fixture_entry(tmp_path, timeout=0.3)})
-    async with running_gateway(cfg, tmp_path) as (gw, sink), Client(gw.server, mode="legacy") as client:
+    async with (
+        memory_gateway(tmp_path, {"fx": {"timeout": 0.3}}) as (gw, sink),
+        Client(gw.server, mode="legacy") as client,
+    ):
         result = await client.call_tool("fx__sleep", {"seconds": 30, "tag": "t"})
         assert result.is_error
         assert "did not answer within 0.3 s" in text(result)
@@ -147,64 +137,15 @@ async def test_a_downstream_list_change_reaches_the_client(gateway: Gateway) -> 
 
 
 async def test_paginated_tool_lists_are_read_to_the_end(tmp_path: Path) -> None:
-    cfg = make_config({"fx": fixture_entry(tmp_path, env={"FIXTURE_PAGE_SIZE": "5"})})
-    async with running_gateway(cfg, tmp_path) as (gw, _):
+    async with memory_gateway(tmp_path, {"fx": {"page_size": 5}}) as (gw, _):
         assert len(gw.hub.registry.routes) == 18
 
 
-async def test_a_tool_with_an_invalid_schema_is_skipped_and_the_rest_served(tmp_path: Path) -> None:
-    cfg = make_config({"raw": {"command": sys.executable, "args": [RAW_SERVER]}})
-    async with running_gateway(cfg, tmp_path) as (gw, _), Client(gw.server) as client:
-        names = [t.name for t in (await client.list_tools()).tools]
-        assert names == ["orchestrate", "raw__good"]
-        assert text(await client.call_tool("raw__good", {})) == "ok"
-        assert any("'bad' skipped" in p for p in gw.hub.registry.problems)
-
-
-async def test_a_killed_server_fails_its_call_others_keep_working_and_it_comes_back(tmp_path: Path) -> None:
-    cfg = make_config({"a": fixture_entry(tmp_path / "a"), "b": fixture_entry(tmp_path / "b")})
-    (tmp_path / "a").mkdir()
-    (tmp_path / "b").mkdir()
-    async with running_gateway(cfg, tmp_path) as (gw, _), Client(gw.server, mode="legacy") as client:
-        pid = int(text(await client.call_tool("a__pid", {})))
-        outcome: list[mcp_types.CallToolResult] = []
-
-        async def slow_call() -> None:
-            outcome.append(await client.call_tool("a__sleep", {"seconds": 30}))
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(slow_call)
-            await anyio.sleep(0.3)
-            os.kill(pid, signal.SIGKILL)
-        assert outcome[0].is_error
-        assert "closed the connection during the call" in text(outcome[0])
-        # The other server is untouched.
-        assert text(await client.call_tool("b__echo", {"text": "b"})) == "b"
-        # A call while 'a' is down says so, at once.
-        await wait_for(lambda: gw.hub.downstreams["a"].connects == 2)
-        assert text(await client.call_tool("a__echo", {"text": "back"})) == "back"
-        assert int(text(await client.call_tool("a__pid", {}))) != pid
-
-
-async def test_a_server_that_cannot_start_does_not_block_the_others(tmp_path: Path) -> None:
-    cfg = make_config({"gone": {"command": str(tmp_path / "no-such-binary")}, "fx": fixture_entry(tmp_path)})
-    async with running_gateway(cfg, tmp_path) as (gw, _), Client(gw.server, mode="legacy") as client:
-        assert text(await client.call_tool("fx__echo", {"text": "ok"})) == "ok"
-        status = {s.name: s for s in gw.hub.statuses()}
-        assert status["gone"].state.value == "down"
-        assert "not found" in (status["gone"].error or "")
-        assert status["fx"].state.value == "up"
-
-
-async def test_a_server_stderr_goes_to_its_own_log_file(gateway: Gateway, tmp_path: Path) -> None:
-    log = tmp_path / "logs" / "fx.log"
-    assert log.exists()
-    assert "starting 'fx'" in log.read_text()
-
-
 async def test_audit_records_are_complete(tmp_path: Path) -> None:
-    cfg = make_config({"fx": fixture_entry(tmp_path)}, toolscore={"audit": {"include_arguments": True}})
-    async with running_gateway(cfg, tmp_path) as (gw, sink), Client(gw.server, mode="legacy") as client:
+    async with (
+        memory_gateway(tmp_path, toolscore={"audit": {"include_arguments": True}}) as (gw, sink),
+        Client(gw.server, mode="legacy") as client,
+    ):
         await client.call_tool("fx__echo", {"text": "hello"})
         await client.call_tool("fx__fail", {})
     ok, failed = sink.records
@@ -222,33 +163,3 @@ async def test_audit_records_are_complete(tmp_path: Path) -> None:
     assert ok.actual_tokens
     assert ok.estimated_tokens
     assert (failed.success, failed.error_kind) == (False, "tool_error")
-
-
-@pytest.fixture
-def http_fixture(tmp_path: Path) -> Iterator[tuple[str, int]]:
-    procs: list[subprocess.Popen[bytes]] = []
-
-    def start(flag: str) -> int:
-        port = free_port()
-        env = {**os.environ, "FIXTURE_STATE_DIR": str(tmp_path)}
-        procs.append(subprocess.Popen([sys.executable, FIXTURE_SERVER, flag, str(port)], env=env))
-        return port
-
-    yield start  # type: ignore[misc]
-    for proc in procs:
-        proc.terminate()
-        proc.wait(10)
-
-
-@pytest.mark.parametrize(("flag", "entry"), [("--http", {"type": "http"}), ("--sse", {"type": "sse"})])
-async def test_http_and_sse_downstreams(tmp_path: Path, http_fixture: Any, flag: str, entry: dict[str, str]) -> None:
-    port = http_fixture(flag)
-    path = "/mcp" if flag == "--http" else "/sse"
-    cfg = make_config({"web": {**entry, "url": f"http://127.0.0.1:{port}{path}", "connect_timeout": 15}})
-    # The fixture needs a moment to bind; the hub retries with backoff until it answers.
-    async with running_gateway(cfg, tmp_path) as (gw, _):
-        await wait_for(lambda: gw.hub.unavailable_reason("web") is None, 20)
-        async with Client(gw.server, mode="legacy") as client:
-            assert text(await client.call_tool("web__echo", {"text": "over http"})) == "over http"
-            result = await client.call_tool("web__add", {"a": 1, "b": 1})
-            assert result.structured_content == {"sum": 2}

@@ -1,0 +1,124 @@
+"""A plan as frozen trees: what the parser read from a turn, and what the checker made of it; pure."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    # For annotations only: the block table builds on these nodes, and the parser's modules need
+    # not import the tool registry.
+    from toolscore.downstream.registry import Route
+    from toolscore.plan.blocks import BlockKind
+    from toolscore.plan.refs import Ref
+
+__all__ = [
+    "ArgsSpec",
+    "Block",
+    "CallNode",
+    "CheckedBlock",
+    "CheckedCall",
+    "CheckedNode",
+    "CheckedPlan",
+    "Node",
+    "ParsedTurn",
+    "Status",
+]
+
+Status = Literal["ok", "error", "timeout", "cancelled", "skipped", "ref_error"]
+"""How a step or a block ended."""
+
+
+@dataclass(frozen=True, slots=True)
+class ArgsSpec:
+    """A call's arguments as written, before they are bound to the tool's schema."""
+
+    kind: Literal["empty", "json", "args", "text"]
+    value: Any = None
+    """`json`: the object; `args`: a dict of the <arg> values; `text`: the primary parameter's text."""
+
+
+@dataclass(frozen=True, slots=True)
+class CallNode:
+    """One tool call: explicit (`<call>`, a server block's child) or a shorthand."""
+
+    step: int
+    tag: str
+    line: int
+    args: ArgsSpec
+    server: str | None = None
+    """Given by `<call server=>` or the enclosing server block; None for a shorthand."""
+    tool: str | None = None
+    shorthand: str | None = None
+    id: str | None = None
+    timeout: float | None = None
+    retries: int = 0
+    on_error: Literal["skip_dependents", "continue"] = "skip_dependents"
+    idempotent: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Block:
+    """A control block; the turn itself is an implicit `sequential`."""
+
+    kind: BlockKind
+    children: tuple[Node, ...]
+    line: int = 1
+    id: str | None = None
+    timeout: float | None = None
+    options: Mapping[str, Any] = field(default_factory=dict, hash=False)
+    """The kind's own attributes as written (`stop_on_error`, `policy`...); the rest have their
+    defaults (`blocks.option` reads either)."""
+
+
+Node = CallNode | Block
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedTurn:
+    """What one model turn said."""
+
+    root: Block
+    calls: tuple[CallNode, ...]
+    thoughts: tuple[str, ...] = ()
+    answer: str | None = None
+    warnings: tuple[str, ...] = ()
+    depth: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class CheckedCall:
+    """A call ready to run: routed, its arguments bound and valid, its references visible."""
+
+    node: CallNode
+    route: Route
+    arguments: dict[str, Any]
+    refs: tuple[Ref, ...]
+
+    @property
+    def step(self) -> int:
+        return self.node.step
+
+
+@dataclass(frozen=True, slots=True)
+class CheckedBlock:
+    """A block whose children are checked."""
+
+    block: Block
+    children: tuple[CheckedNode, ...]
+
+
+CheckedNode = CheckedCall | CheckedBlock
+
+
+@dataclass(frozen=True, slots=True)
+class CheckedPlan:
+    """A turn that passed every static check."""
+
+    root: CheckedBlock
+    calls: tuple[CheckedCall, ...]
+    ids: Mapping[str, int | Block] = field(default_factory=dict)
+    """This turn's ids: a call's id maps to its step number, a block's to the block."""
+    warnings: tuple[str, ...] = ()
+    """Repairs the checker made (e.g. `{{x}}` read as `${x}`)."""

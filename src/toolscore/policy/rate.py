@@ -1,0 +1,81 @@
+"""Rate limits: token buckets per tool, server or client session; a call finding its bucket empty is refused."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import anyio
+import mcp_types
+
+from toolscore._engine import ExecutionContext
+from toolscore._glob import matches
+from toolscore.config import RateLimit
+from toolscore.errors import Rejected
+from toolscore.policy.scope import PerServer, Scope
+
+__all__ = ["RateLimits", "TokenBucket", "rate_limits"]
+
+
+@dataclass(slots=True)
+class TokenBucket:
+    """`rate` tokens a second, up to `burst`; a call takes one. Pure: the caller says what time it is."""
+
+    rate: float
+    burst: int
+    tokens: float
+    at: float
+    """When `tokens` was last brought up to date."""
+
+    @classmethod
+    def full(cls, rate: float, burst: int, now: float) -> TokenBucket:
+        """A bucket holding `burst` tokens at `now`."""
+        return cls(rate, burst, float(burst), now)
+
+    def take(self, now: float) -> float | None:
+        """Take a token: None when there was one, else the seconds until there will be (none is taken)."""
+        self.tokens = min(float(self.burst), self.tokens + (now - self.at) * self.rate)
+        self.at = now
+        if self.tokens < 1:
+            return (1 - self.tokens) / self.rate
+        self.tokens -= 1
+        return None
+
+
+class RateLimits:
+    """Pre-execution: every limit matching the tool takes a token from the call's bucket, or refuses it."""
+
+    name = "rate_limits"
+
+    def __init__(self, limits: Sequence[RateLimit], *, clock: Callable[[], float] = anyio.current_time) -> None:
+        """Args:
+        limits: The configured limits, in order.
+        clock: Seconds on a monotonic clock (tests pass their own).
+        """
+        self._limits = tuple(limits)
+        self._clock = clock
+        self._buckets: dict[tuple[int, str], TokenBucket] = {}  # (limit, tool/server/session) -> its bucket
+
+    async def __call__(self, ctx: ExecutionContext) -> mcp_types.CallToolResult | None:
+        now = self._clock()
+        for n, limit in enumerate(self._limits):
+            if not matches(ctx.tool, limit.match):
+                continue
+            key = {"tool": ctx.tool, "server": ctx.server or "", "session": ctx.session_id or ""}[limit.scope]
+            bucket = self._buckets.get((n, key))
+            if bucket is None:
+                bucket = self._buckets[(n, key)] = TokenBucket.full(limit.rate, limit.burst, now)
+            wait = bucket.take(now)
+            if wait is not None:
+                raise Rejected(
+                    f"rate limit of {limit.rate:g} calls/s per {limit.scope} reached for '{ctx.tool}'; retry in "
+                    f"{wait:.1f} s",
+                    hook="rate_limits",
+                )
+        return None
+
+
+def rate_limits(scopes: PerServer[Scope]) -> RateLimits | None:
+    """The `rate_limits` hook, when any limit is configured."""
+    limits = scopes.gateway.rules.rate_limits
+    return RateLimits(limits) if limits else None

@@ -1,0 +1,176 @@
+"""The static rules: which tools may be called, destructive tools, and what arguments may hold.
+
+They judge a call by its tool and arguments alone, so they also run over a whole plan before any
+of its steps does (`StaticRules.plan_problems`): a plan can never do what a direct call may not.
+`violations` is the pure core; the hook adds what needs the user (confirming a destructive call).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import mcp_types
+
+from toolscore._engine import ExecutionContext
+from toolscore._glob import matches
+from toolscore._json import iter_strings
+from toolscore.config import ArgumentRules, PathRules, ToolRules
+from toolscore.downstream.registry import Route
+from toolscore.errors import PlanProblem, Rejected
+from toolscore.plan.nodes import CheckedPlan
+from toolscore.plan.refs import contains_ref
+from toolscore.policy.paths import Confinement, names_path
+from toolscore.policy.scope import PerServer, Scope
+
+__all__ = ["CompiledRules", "StaticRules", "Violation", "compile_rules", "violations"]
+
+Violation = tuple[str, str]
+"""(rule, reason): the rule names the hook in `Rejected` and the audit record."""
+
+
+@dataclass(frozen=True, slots=True)
+class CompiledRules:
+    """One scope's static rules, with patterns compiled and roots resolved once, at start-up."""
+
+    tools_global: ToolRules
+    tools_server: ToolRules | None
+    destructive: str
+    arguments: ArgumentRules
+    deny_patterns: tuple[re.Pattern[str], ...]
+    paths: PathRules | None
+    roots: tuple[str, ...]
+
+
+def compile_rules(scope: Scope) -> CompiledRules:
+    """The static rules in force in `scope`, ready to check calls."""
+    rules = scope.rules
+    paths = rules.arguments.paths
+    return CompiledRules(
+        tools_global=rules.tools,
+        tools_server=scope.own.tools,
+        destructive=rules.destructive,
+        arguments=rules.arguments,
+        deny_patterns=tuple(re.compile(p) for p in rules.arguments.deny_patterns),
+        paths=paths,
+        roots=tuple(os.path.realpath(r) for r in paths.roots) if paths else (),
+    )
+
+
+def _allowed(names: tuple[str, ...], rules: ToolRules) -> bool:
+    """Deny wins when any name matches it, folded; allow needs one exact match."""
+    if any(matches(name, rules.deny, fold=True) for name in names):
+        return False
+    return rules.allow is None or any(matches(name, rules.allow) for name in names)
+
+
+def _tool_allowed(route: Route, rules: CompiledRules) -> bool:
+    """Global rules see the exposed and the canonical name; per-server ones the downstream and renamed name."""
+    if not _allowed((route.public_name, route.canonical), rules.tools_global):
+        return False
+    return rules.tools_server is None or _allowed((route.remote_name, route.local_name), rules.tools_server)
+
+
+def _path_key_test(route: Route, paths: PathRules) -> Callable[[str], bool]:
+    extra = list(paths.arguments)
+    for pattern, names in paths.tools.items():
+        if matches(route.public_name, pattern) or matches(route.canonical, pattern):
+            extra.extend(names)
+    schema_keys = route.path_keys
+    return lambda key: key in schema_keys or names_path(key, extra)
+
+
+def violations(
+    route: Route, arguments: dict[str, Any], rules: CompiledRules, *, plan: bool
+) -> tuple[list[Violation], Any]:
+    """Every static rule a call breaks, and the arguments with their paths pinned.
+
+    With `plan=True` (a plan, before it runs) strings holding references are skipped and so is
+    the size limit: each step is checked again when it runs, with its values resolved.
+    """
+    found: list[Violation] = []
+    if not _tool_allowed(route, rules):
+        found.append(("tools", f"tool '{route.public_name}' is not allowed by the gateway's policy"))
+    hints = route.tool.annotations
+    if hints is not None and hints.destructive_hint and rules.destructive != "allow":
+        if rules.destructive == "deny":
+            found.append(("destructive", f"'{route.public_name}' is marked destructive and such tools are denied"))
+        elif plan:
+            found.append(("destructive", f"'{route.public_name}' needs the user's confirmation: call it directly"))
+    limits = rules.arguments
+    if limits.max_bytes is not None and not plan:
+        size = len(json.dumps(arguments, separators=(",", ":"), ensure_ascii=False).encode())
+        if size > limits.max_bytes:
+            found.append(("arguments", f"the arguments are {size} bytes; the limit is {limits.max_bytes}"))
+    if rules.deny_patterns:
+        # Object keys too: a downstream may read a key as data (`{"rm -rf /": true}`).
+        for text in iter_strings(arguments, keys=True):
+            if plan and contains_ref(text):
+                continue
+            for pattern in rules.deny_patterns:
+                if pattern.search(text):
+                    found.append(("arguments", f"an argument matches the denied pattern {pattern.pattern!r}"))
+                    break
+    pinned: Any = arguments
+    if rules.paths is not None:
+        confinement = Confinement(rules.roots, skip=contains_ref if plan else None)
+        pinned, confined = confinement.apply(arguments, _path_key_test(route, rules.paths))
+        found.extend(("paths", f"argument '{v.where}' {v.reason}") for v in confined)
+    return found, pinned
+
+
+class StaticRules:
+    """Pre-execution: `tools`, `destructive` and `arguments`; and the same rules over whole plans."""
+
+    name = "policy"
+
+    def __init__(self, scopes: PerServer[Scope]) -> None:
+        self._rules = scopes.map(compile_rules)
+
+    async def __call__(self, ctx: ExecutionContext) -> mcp_types.CallToolResult | None:
+        route = ctx.route
+        assert route is not None
+        rules = self._rules.of(route.server)
+        found, pinned = violations(route, ctx.arguments, rules, plan=False)
+        if found:
+            rule, reason = found[0]
+            raise Rejected(reason, hook=rule)
+        ctx.arguments = pinned  # the call goes on with the real paths that were checked
+        hints = route.tool.annotations
+        if hints is not None and hints.destructive_hint and rules.destructive == "confirm":
+            await _confirm(ctx, route.public_name)
+        return None
+
+    def plan_problems(self, plan: CheckedPlan) -> list[PlanProblem]:
+        """Every static rule a plan's steps break, before any of them runs."""
+        problems: list[PlanProblem] = []
+        for call in plan.calls:
+            found, _ = violations(call.route, call.arguments, self._rules.of(call.route.server), plan=True)
+            node = call.node
+            problems.extend(
+                PlanProblem("policy", f"{rule}: {reason}", step=node.step, tag=node.tag, id=node.id)
+                for rule, reason in found
+            )
+        return problems
+
+    def gateway_tool_refusal(self, name: str) -> str | None:
+        """Why the gateway's own tool `name` (e.g. `orchestrate`) may not be used, or None."""
+        if not _allowed((name,), self._rules.gateway.tools_global):
+            return f"tool '{name}' is not allowed by the gateway's policy"
+        return None
+
+
+async def _confirm(ctx: ExecutionContext, tool: str) -> None:
+    """Ask the user to allow a destructive call; refuse it unless they do."""
+    if ctx.confirm is None:
+        raise Rejected(
+            f"'{tool}' is destructive and needs the user's confirmation, which this client cannot give "
+            "(no elicitation support)",
+            hook="destructive",
+        )
+    if not await ctx.confirm(f"Allow the destructive tool '{tool}' with arguments {json.dumps(ctx.arguments)[:500]}?"):
+        raise Rejected(f"the user did not confirm '{tool}'", hook="destructive")

@@ -1,0 +1,60 @@
+"""The JSONL audit file: one line per call, private, readable after a crash mid-write."""
+
+from __future__ import annotations
+
+import json
+import stat
+from datetime import UTC, datetime
+from pathlib import Path
+
+from toolscore import AuditRecord, JsonlAuditSink, read_audit
+
+
+def record(n: int) -> AuditRecord:
+    return AuditRecord(
+        time=datetime.now(UTC), call_id=str(n), tool="s__t", phase="post_execution", duration_ms=1.5, success=True
+    )
+
+
+def test_each_record_is_one_line_in_a_private_file(tmp_path: Path) -> None:
+    path = tmp_path / "state" / "audit.jsonl"
+    sink = JsonlAuditSink(path)
+    sink.write(record(1))
+    sink.write(record(2))
+    # Readable before close: each write is already in the file.
+    assert [json.loads(line)["call_id"] for line in path.read_text().splitlines()] == ["1", "2"]
+    sink.close()
+    sink.write(record(3))  # after close: dropped, not an error
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert [r.call_id for r in read_audit(path)] == ["1", "2"]
+
+
+def test_a_torn_last_line_is_skipped_by_the_reader(tmp_path: Path) -> None:
+    path = tmp_path / "audit.jsonl"
+    sink = JsonlAuditSink(path)
+    sink.write(record(1))
+    sink.close()
+    with path.open("a") as fh:
+        fh.write('{"time": "2026-11-22T00:00:00Z", "call_id": "2", "tool"')
+    assert [r.call_id for r in read_audit(path)] == ["1"]
+
+
+def test_appends_to_an_existing_file(tmp_path: Path) -> None:
+    path = tmp_path / "audit.jsonl"
+    for n in (1, 2):
+        sink = JsonlAuditSink(path)
+        sink.write(record(n))
+        sink.close()
+    assert [r.call_id for r in read_audit(path)] == ["1", "2"]
+
+
+def test_rotation_keeps_backups_and_the_reader_reads_them_in_order(tmp_path: Path) -> None:
+    path = tmp_path / "audit.jsonl"
+    sink = JsonlAuditSink(path, max_bytes=400, backups=2, fsync=True)
+    for n in range(12):
+        sink.write(record(n))
+    sink.close()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["audit.jsonl", "audit.jsonl.1", "audit.jsonl.2"]
+    assert all(p.stat().st_size <= 400 for p in tmp_path.iterdir())
+    call_ids = [int(r.call_id) for r in read_audit(path)]
+    assert call_ids == sorted(call_ids) and call_ids[-1] == 11  # oldest dropped, order kept

@@ -1,0 +1,70 @@
+"""A stdio downstream as a real child process: the parts where the process is the subject (death,
+a command that is not there, stderr, hostile bytes on stdout, size limits)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from pathlib import Path
+
+import anyio
+import mcp_types
+import pytest
+from mcp import Client
+
+from tests.conftest import RAW_SERVER, fixture_entry, make_config, running_gateway, text, wait_for
+
+pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
+
+
+async def test_a_tool_with_an_invalid_schema_is_skipped_and_the_rest_served(tmp_path: Path) -> None:
+    cfg = make_config({"raw": {"command": sys.executable, "args": [RAW_SERVER]}})
+    async with running_gateway(cfg, tmp_path) as (gw, _), Client(gw.server) as client:
+        names = [t.name for t in (await client.list_tools()).tools]
+        assert names == ["orchestrate", "raw__good"]
+        assert text(await client.call_tool("raw__good", {})) == "ok"
+        assert any("'bad' skipped" in p for p in gw.hub.registry.problems)
+
+
+async def test_a_killed_server_fails_its_call_others_keep_working_and_it_comes_back(tmp_path: Path) -> None:
+    cfg = make_config({"a": fixture_entry(tmp_path / "a"), "b": fixture_entry(tmp_path / "b")})
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    async with running_gateway(cfg, tmp_path) as (gw, _), Client(gw.server, mode="legacy") as client:
+        pid = int(text(await client.call_tool("a__pid", {})))
+        outcome: list[mcp_types.CallToolResult] = []
+
+        async def slow_call() -> None:
+            outcome.append(await client.call_tool("a__sleep", {"seconds": 30}))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(slow_call)
+            await anyio.sleep(0.3)
+            os.kill(pid, signal.SIGKILL)
+        assert outcome[0].is_error
+        assert "closed the connection during the call" in text(outcome[0])
+        # The other server is untouched.
+        assert text(await client.call_tool("b__echo", {"text": "b"})) == "b"
+        # A call while 'a' is down says so, at once.
+        await wait_for(lambda: gw.hub.downstreams["a"].connects == 2)
+        assert text(await client.call_tool("a__echo", {"text": "back"})) == "back"
+        assert int(text(await client.call_tool("a__pid", {}))) != pid
+
+
+async def test_a_server_that_cannot_start_does_not_block_the_others(tmp_path: Path) -> None:
+    cfg = make_config({"gone": {"command": str(tmp_path / "no-such-binary")}, "fx": fixture_entry(tmp_path)})
+    async with running_gateway(cfg, tmp_path) as (gw, _), Client(gw.server, mode="legacy") as client:
+        assert text(await client.call_tool("fx__echo", {"text": "ok"})) == "ok"
+        status = {s.name: s for s in gw.hub.statuses()}
+        assert status["gone"].state.value == "down"
+        assert "not found" in (status["gone"].error or "")
+        assert status["fx"].state.value == "up"
+
+
+async def test_a_server_stderr_goes_to_its_own_log_file(tmp_path: Path) -> None:
+    async with running_gateway(make_config({"fx": fixture_entry(tmp_path)}), tmp_path):
+        pass
+    log = tmp_path / "logs" / "fx.log"
+    assert log.exists()
+    assert "starting 'fx'" in log.read_text()

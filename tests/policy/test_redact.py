@@ -1,0 +1,88 @@
+"""Secret redaction: the built-in patterns, extra ones, JSON values, and the audit sink that uses them."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import text
+from tests.policy import policy_client
+from toolscore import AuditRecord, MemoryAuditSink
+from toolscore.policy.redact import REDACTED, RedactingAuditSink, Redactor
+
+pytestmark = pytest.mark.anyio
+
+SECRET = "sk-proj-" + "a1b2c3d4" * 4
+
+LEAKS = [
+    ("-----BEGIN RSA PRIVATE KEY-----\nMIIEow\n-----END RSA PRIVATE KEY-----", REDACTED),
+    ("id AKIAABCDEFGHIJKLMNOP", f"id {REDACTED}"),
+    ("ghp_" + "a" * 36, REDACTED),
+    ("github_pat_" + "a1" * 15, REDACTED),
+    (SECRET, REDACTED),
+    ("xoxb-1234567890-abcdef", REDACTED),
+    ("AIza" + "b" * 35, REDACTED),
+    ("eyJhbGciOiJI.eyJzdWIiOiIx.c2lnbmF0dXJl", REDACTED),
+    ("Authorization: Bearer abcdefghijklmnop1234", f"Authorization: Bearer {REDACTED}"),
+    ("postgres://admin:hunter22@db:5432/x", f"postgres://admin:{REDACTED}@db:5432/x"),
+    ('{"api_key": "0123456789abcdef"}', f'{{"api_key": "{REDACTED}"}}'),
+    ("PASSWORD=correct-horse-battery", f"PASSWORD={REDACTED}"),
+]
+
+
+@pytest.mark.parametrize(("leak", "clean"), LEAKS, ids=[c[:12] for c, _ in LEAKS])
+def test_each_kind_of_secret_is_redacted_and_only_the_secret_part(leak: str, clean: str) -> None:
+    assert Redactor().text(leak) == clean
+
+
+def test_text_without_secrets_is_left_alone() -> None:
+    for harmless in ("", "plain words", "a token of thanks", "password=short", "https://example.com/a:b"):
+        assert Redactor().text(harmless) == harmless
+
+
+def test_extra_patterns_apply_to_every_text() -> None:
+    redactor = Redactor([r"ACME-[0-9]{8}", r"order (?P<secret>\d+)"])
+    assert redactor.text("ticket ACME-12345678, order 42") == f"ticket {REDACTED}, order {REDACTED}"
+
+
+def test_json_values_are_redacted_at_any_depth_object_keys_included() -> None:
+    value: dict[str, Any] = {"a": [SECRET, {"b": f"x {SECRET}", "n": 1, "ok": None}], SECRET: True}
+    assert Redactor().json(value) == {"a": [REDACTED, {"b": f"x {REDACTED}", "n": 1, "ok": None}], REDACTED: True}
+    assert Redactor().json(SECRET) == REDACTED
+
+
+def test_json_without_secrets_is_returned_as_it_is() -> None:
+    value = {"a": ["b", {"c": 1.5}]}
+    assert Redactor().json(value) is value
+
+
+def record(**fields: Any) -> AuditRecord:
+    return AuditRecord(
+        time=datetime.now(UTC), call_id="c", tool="fx__echo", phase="execution", duration_ms=1.0, success=True, **fields
+    )
+
+
+def test_the_audit_sink_redacts_argument_values_and_errors_before_they_are_written() -> None:
+    inner = MemoryAuditSink()
+    sink = RedactingAuditSink(inner, Redactor())
+    plain = record(arguments={"text": "hi"})
+    sink.write(plain)
+    sink.write(record(arguments={"text": f"key {SECRET}"}, error=f"failed with {SECRET}"))
+    sink.write(record())
+    sink.close()
+    assert inner.records[0] is plain
+    assert inner.records[1].arguments == {"text": f"key {REDACTED}"}
+    assert inner.records[1].error == f"failed with {REDACTED}"
+    assert inner.records[2].arguments is None and inner.records[2].error is None
+
+
+async def test_secrets_are_redacted_in_results_and_in_the_audit(tmp_path: Path) -> None:
+    async with policy_client(tmp_path, {"results": {"redact": True}}) as (client, sink):
+        result = await client.call_tool("fx__echo", {"text": f"the key is {SECRET}"})
+        assert text(result) == f"the key is {REDACTED}"
+        structured = await client.call_tool("fx__add", {"a": 1, "b": 2})
+        assert structured.structured_content == {"sum": 3}  # nothing secret: untouched
+    assert sink.records[0].arguments == {"text": f"the key is {REDACTED}"}

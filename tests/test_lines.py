@@ -1,0 +1,73 @@
+"""JSON-RPC line framing: linear, bounded, and exact about what it drops."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+
+import anyio
+import pytest
+
+from toolscore._lines import LineSplitter, Oversized, message_id, read_lines, write_lines
+
+
+def test_lines_come_out_whole_whatever_the_chunks() -> None:
+    data = b'{"a": 1}\n{"b": 2}\n\n{"c": 3}'
+    for size in (1, 2, 3, 7, len(data)):
+        splitter = LineSplitter(100)
+        out: list[bytes | Oversized] = []
+        for i in range(0, len(data), size):
+            out += splitter.feed(data[i : i + size])
+        assert out == [b'{"a": 1}', b'{"b": 2}', b""], size
+        assert splitter.finish() == b'{"c": 3}'
+
+
+def test_a_line_over_the_limit_is_dropped_but_its_head_kept() -> None:
+    splitter = LineSplitter(64)
+    head = b'{"jsonrpc": "2.0", "id": 7, "result": "'
+    out = splitter.feed(head + b"x" * 50)
+    out += splitter.feed(b"y" * 1000)  # nothing of it is held
+    out += splitter.feed(b'"}\n{"id": 8}\n')
+    assert isinstance(out[0], Oversized) and out[0].head.startswith(head)
+    assert out[1:] == [b'{"id": 8}']
+    assert message_id(out[0].head) == 7
+
+
+def test_an_oversized_last_line_is_reported_at_the_end() -> None:
+    splitter = LineSplitter(8)
+    assert splitter.feed(b"0123456789") == []
+    assert isinstance(splitter.finish(), Oversized)
+    assert LineSplitter(8).finish() is None
+
+
+@pytest.mark.parametrize(
+    ("head", "found"),
+    [(b'{"id": "abc", "result"', "abc"), (b'{"id":-3}', -3), (b'{"method": "x"}', None), (b'{"id": {"o": 1}}', None)],
+)
+def test_message_ids_are_read_from_the_head_of_a_message(head: bytes, found: object) -> None:
+    assert message_id(head) == found
+
+
+@pytest.mark.anyio
+async def test_reading_and_writing_non_blocking_pipes() -> None:
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(read_fd, False)
+    os.set_blocking(write_fd, False)
+    big = b"z" * 300_000  # more than a pipe holds: the writer must wait for the reader
+
+    async def lines() -> AsyncIterator[bytes]:
+        yield b'{"id": 1}\n'
+        yield big + b"\n"
+
+    got: list[bytes | Oversized] = []
+
+    async def read() -> None:
+        async for line in read_lines(read_fd, 1_000_000):
+            got.append(line)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(read)
+        await write_lines(write_fd, lines())
+        os.close(write_fd)
+    os.close(read_fd)
+    assert got == [b'{"id": 1}', big]
