@@ -38,10 +38,19 @@ def fixture_entry(state_dir: Path, **extra: Any) -> dict[str, Any]:
 
 
 def write_config(tmp_path: Path, servers: dict[str, Any], **sections: Any) -> Path:
-    """A servers.json in `tmp_path`, its audit log and server logs kept there too."""
+    """A servers.json in `tmp_path`, its audit log and server logs kept there too.
+
+    `serve` waits for every server before answering (no start-up grace), so a test's first
+    `tools/list` sees them all however loaded the machine is; tests of the grace set their own.
+    """
     path = tmp_path / "servers.json"
     sections.setdefault(
-        "toolscore", {"audit": {"path": str(tmp_path / "audit.jsonl")}, "log_dir": str(tmp_path / "logs")}
+        "toolscore",
+        {
+            "audit": {"path": str(tmp_path / "audit.jsonl")},
+            "log_dir": str(tmp_path / "logs"),
+            "startup_grace_seconds": None,
+        },
     )
     path.write_text(json.dumps({"mcpServers": servers, **sections}))
     return path
@@ -56,6 +65,7 @@ async def running_gateway(config: Config, tmp_path: Path) -> AsyncIterator[tuple
     """A gateway over `config` as written: stdio servers run as subprocesses."""
     sink = MemoryAuditSink()
     async with open_gateway(config, audit=sink, log_dir=tmp_path / "logs") as gw:
+        await gw.hub.wait_started()  # every server, however loaded the machine (past the start-up grace)
         yield gw, sink
 
 

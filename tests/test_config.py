@@ -83,6 +83,12 @@ def test_a_disabled_server_may_name_unset_variables() -> None:
         ({"mcpServers": {"a": {"command": "x", "timeout": -1}}}, "mcpServers.a.timeout", "greater than 0"),
         ({"mcpServers": {"a": {"command": "x", "args": "not-a-list"}}}, "mcpServers.a.args", "tuple"),
         ({"mcpServers": {"a": {"command": "x", "tools": {"alow": ["*"]}}}}, "mcpServers.a.tools.alow", "not permitted"),
+        (
+            {"mcpServers": {"a": {"command": "x", "tools": {"allow": "read_*"}}}},
+            "mcpServers.a.tools.allow",
+            "a list of tool names or globs",
+        ),
+        ({"mcpServers": {}, "constraints": {"tools": {"deny": "x"}}}, "constraints.tools.deny", "a list of tool names"),
         ({"mcpServers": {"a": {"type": "http", "command": "x"}}}, "mcpServers.a", "needs 'url'"),
         ({"mcpServers": {"a": "x"}}, "mcpServers.a", "must be an object"),
         ({"mcpServers": {}, "toolscore": {"separater": "_"}}, "toolscore.separater", "not permitted"),

@@ -11,6 +11,7 @@ from typing import Any
 import anyio
 import mcp_types
 import pytest
+import structlog.testing
 
 from tests.conftest import make_config
 from toolscore import EngineSettings, ExecutionContext, MemoryAuditSink, ToolExecutionEngine
@@ -212,3 +213,57 @@ async def test_a_bug_in_a_hook_is_audited_and_raised_to_the_boundary() -> None:
     with pytest.raises(KeyError):
         await eng.execute("srv__calc", {"n": 1})
     assert sink.records[0].error == "internal error: KeyError"
+
+
+async def test_a_call_stopped_at_pre_validation_is_audited_with_its_server() -> None:
+    # `audit stats --server` counts by this field: a refused call of a known tool must carry it.
+    servers = FakeServers()
+    eng, sink = engine(servers)
+    await eng.execute("srv__calc", {"s": 3})
+    servers.down = "down: exited"
+    await eng.execute("srv__calc", {"n": 1})
+    await eng.execute("nope", {})
+    invalid, unavailable, unknown = sink.records
+    assert (invalid.error_kind, invalid.server, invalid.remote_tool) == ("invalid_arguments", "srv", "calc")
+    assert (unavailable.error_kind, unavailable.server, unavailable.remote_tool) == ("unavailable", "srv", "calc")
+    assert (unknown.error_kind, unknown.server) == ("tool_not_found", None)
+
+
+class FullDisk:
+    """An audit sink whose writes fail as on a full disk, until `heal()`."""
+
+    def __init__(self) -> None:
+        self.failing = True
+        self.records: list[str] = []
+
+    def write(self, record: Any) -> None:
+        if self.failing:
+            raise OSError(28, "No space left on device")
+        self.records.append(record.call_id)
+
+    def close(self) -> None:
+        pass
+
+    def heal(self) -> None:
+        self.failing = False
+
+
+async def test_a_failing_audit_sink_loses_the_record_not_the_downstream_result() -> None:
+    servers = FakeServers()
+    sink = FullDisk()
+    eng = ToolExecutionEngine(tools=servers, call=servers, audit=sink)
+    with structlog.testing.capture_logs() as logs:
+        first = await eng.execute("srv__calc", {"n": 1})
+        second = await eng.execute("srv__calc", {"n": 2})
+        sink.heal()
+        third = await eng.execute("srv__calc", {"n": 3})
+    # The calls ran downstream: their results come back, so the client does not retry them.
+    assert [r.is_error for r in (first.result, second.result, third.result)] == [False, False, False]
+    assert first.result.content[0].text == "x" * 400  # type: ignore[union-attr]
+    assert servers.calls == [("calc", {"n": 1}), ("calc", {"n": 2}), ("calc", {"n": 3})]
+    assert eng.audit_lost == 2
+    assert sink.records == [third.context.call_id]
+    lost = [entry for entry in logs if entry["log_level"] == "error"]
+    assert len(lost) == 1  # once per burst, not once per call
+    assert "OSError" in lost[0]["error"] and lost[0]["lost"] == 1
+    assert any(entry["event"] == "audit sink writes again" and entry["lost"] == 2 for entry in logs)

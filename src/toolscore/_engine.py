@@ -289,6 +289,9 @@ class ToolExecutionEngine:
         for wrap in reversed(tuple(wrap_hooks)):  # built once: the first wrap is the outermost
             self._execute_chain = functools.partial(wrap, call_next=self._execute_chain)
         self._predicted_output: dict[str, float] = {}
+        self.audit_lost = 0
+        """Audit records the sink raised on (and so lost) since the engine was built."""
+        self._audit_failing = False
 
     async def execute(
         self,
@@ -351,7 +354,6 @@ class ToolExecutionEngine:
     async def _run(self, ctx: ExecutionContext, timeout: float | None) -> mcp_types.CallToolResult:
         # 1. pre-validation
         route = self._validate(ctx)
-        ctx.route = route
         input_tokens = arguments_tokens(ctx.arguments)
         ctx.estimated_tokens = input_tokens + round(self._predicted_output.get(ctx.tool, DEFAULT_OUTPUT_TOKENS))
 
@@ -411,6 +413,8 @@ class ToolExecutionEngine:
                 f"Unknown tool '{ctx.tool}'. Servers: {known}. Tools are named '<server>"
                 f"{self._settings.separator}<tool>'; list them with tools/list."
             )
+        # Routed: whatever stops the call from here on, its audit record names the server.
+        ctx.route = route
         if (reason := self._tools.unavailable_reason(route.server)) is not None:
             raise DownstreamUnavailable(
                 f"Server '{route.server}' is not available ({reason}); tool '{ctx.tool}' was not called.",
@@ -424,7 +428,7 @@ class ToolExecutionEngine:
     def _finish(self, ctx: ExecutionContext) -> None:
         ctx.ended = time.perf_counter()
         record = ctx.to_audit_record(include_arguments=self._settings.include_arguments)
-        self._audit.write(record)
+        self._write_audit(record)
         fields = {
             "tool": ctx.tool,
             "server": ctx.server,
@@ -438,3 +442,25 @@ class ToolExecutionEngine:
             log.info("call failed", error_kind=record.error_kind, error=record.error, **fields)
         else:
             log.debug("call", **fields)
+
+    def _write_audit(self, record: AuditRecord) -> None:
+        """Hand `record` to the sink; a sink that fails loses the record, never the call's answer.
+
+        The call may already have run downstream: answering it with an error would make the
+        client retry it. So a failure is counted (`audit_lost`) and logged, once per burst.
+        """
+        try:
+            self._audit.write(record)
+        except Exception as exc:
+            self.audit_lost += 1
+            if not self._audit_failing:
+                self._audit_failing = True
+                log.error(
+                    "audit record lost: the audit sink failed; calls go on unaudited",
+                    error=f"{type(exc).__name__}: {exc}",
+                    lost=self.audit_lost,
+                )
+            return
+        if self._audit_failing:
+            self._audit_failing = False
+            log.warning("audit sink writes again", lost=self.audit_lost)

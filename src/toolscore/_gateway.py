@@ -59,6 +59,10 @@ async def open_gateway(
 ) -> AsyncIterator[Gateway]:
     """Start every downstream and build the front server over them.
 
+    Yields once every server has connected or failed once, or after `toolscore.startup_grace_seconds`
+    (then a server up later joins with `tools/list_changed`); `await gateway.hub.wait_started()`
+    waits for the rest, for a one-shot command that needs every server.
+
     Args:
         config: The validated servers.json.
         audit: Where audit records go (default: from the config).

@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import logging
+import os
+import signal
+import socket
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import MutableMapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import anyio
 import mcp_types
+import structlog
 
 from toolscore._gateway import Gateway, audit_path, open_gateway
 from toolscore._install import install_servers
@@ -19,23 +25,47 @@ from toolscore._logging import configure_logging
 from toolscore._version import __version__
 from toolscore.audit.sinks import AuditRecord, audit_files, read_audit
 from toolscore.audit.stats import compute_stats, parse_since
-from toolscore.config import Config, default_config_path, load_config
+from toolscore.config import Config, config_candidates, default_config_path, load_config
 from toolscore.errors import ConfigError
 from toolscore.front.http import TOKEN_ENV, HttpExposure, resolve_exposure
-from toolscore.front.serve import serve_http, serve_stdio
+from toolscore.front.serve import listen_sockets, serve_http, serve_stdio
+from toolscore.front.server import exposed_tools
 from toolscore.plan.tool import ORCHESTRATE
 
 __all__ = ["main"]
 
 EXIT_CONFIG = 2
+EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE
+"""What a shell reports for a command killed by SIGPIPE (`toolscore tools | head -1`)."""
+ONE_SHOT = ("check", "tools", "call")
+"""Commands that start the servers, report once and stop."""
+
+
+def _common_options(parser: argparse.ArgumentParser, *, defaults: bool) -> None:
+    """--config and --log-level, accepted before the subcommand and after it.
+
+    The subcommands' copies default to SUPPRESS, so an option given before the subcommand is not
+    overwritten by the subcommand's default (given in both places, the later one wins).
+    """
+    parser.add_argument(
+        "--config",
+        type=Path,
+        default=None if defaults else argparse.SUPPRESS,
+        help="servers.json (default: ./servers.json, then the user config)",
+    )
+    parser.add_argument(
+        "--log-level",
+        default="warning" if defaults else argparse.SUPPRESS,
+        help="debug, info, warning or error (default: warning)",
+    )
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="toolscore", description="An MCP gateway in front of many MCP servers.")
     parser.add_argument("--version", action="version", version=f"toolscore {__version__}")
+    _common_options(parser, defaults=True)
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--config", type=Path, help="servers.json (default: ./servers.json, then the user config)")
-    common.add_argument("--log-level", default="warning", help="debug, info, warning or error (default: warning)")
+    _common_options(common, defaults=False)
     sub = parser.add_subparsers(dest="command", required=True)
 
     serve = sub.add_parser("serve", parents=[common], help="run the gateway as an MCP server")
@@ -79,7 +109,7 @@ def _parser() -> argparse.ArgumentParser:
     install.add_argument("servers", nargs="*", help="only these servers (default: all enabled)")
     install.add_argument("--force", action="store_true", help="reinstall even if up to date")
 
-    audit = sub.add_parser("audit", help="read the audit log")
+    audit = sub.add_parser("audit", parents=[common], help="read the audit log")
     audit_sub = audit.add_subparsers(dest="audit_command", required=True)
     stats = audit_sub.add_parser("stats", parents=[common], help="calls, TPST, slow tools, token waste")
     stats.add_argument("--since", help="1h, 30m, 2d or an ISO time")
@@ -99,33 +129,60 @@ def _table(rows: Sequence[Sequence[str]]) -> str:
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows)
 
 
-async def _check(gw: Gateway, as_json: bool) -> int:
+def _exposed_tools(gw: Gateway) -> list[mcp_types.Tool]:
+    """What `tools/list` answers."""
+    return exposed_tools(gw.hub, gw.orchestrator)
+
+
+def _exposed_per_server(gw: Gateway) -> dict[str, int]:
+    """How many tools each server has in `tools/list`: after allow/deny, renames and skipped schemas."""
+    listed = {tool.name for tool in gw.hub.registry.tools()}
+    counts: dict[str, int] = {}
+    for name, route in gw.hub.registry.routes.items():
+        if name in listed:
+            counts[route.server] = counts.get(route.server, 0) + 1
+    return counts
+
+
+def _check(gw: Gateway, as_json: bool, out: list[str]) -> int:
     statuses = gw.hub.statuses()
+    exposed = _exposed_per_server(gw)
     if as_json:
-        print(json.dumps([{**s.__dict__, "state": s.state.value} for s in statuses], indent=2))
+        rows = [
+            {
+                **dataclasses.asdict(s),
+                "state": s.state.value,
+                "tools": exposed.get(s.name, 0),
+                "downstream_tools": s.tools,
+            }
+            for s in statuses
+        ]
+        out.append(json.dumps(rows, indent=2))
     else:
-        rows = [["SERVER", "TRANSPORT", "STATE", "TOOLS", "START", "ERROR"]]
+        table = [["SERVER", "TRANSPORT", "STATE", "TOOLS", "START", "ERROR"]]
         for s in statuses:
             start = f"{s.start_seconds:.2f}s" if s.start_seconds is not None else "-"
-            rows.append([s.name, s.transport, s.state.value, str(s.tools), start, s.error or ""])
-        print(_table(rows))
-        for problem in gw.hub.registry.problems:
-            print(f"warning: {problem}")
+            error = (s.error or "").splitlines()
+            table.append(
+                [s.name, s.transport, s.state.value, str(exposed.get(s.name, 0)), start, error[0] if error else ""]
+            )
+        out.append(_table(table))
+        out.extend(f"warning: {problem}" for problem in gw.hub.registry.problems)
     return 0 if all(s.state.value == "up" for s in statuses) else 1
 
 
-async def _tools(gw: Gateway, as_json: bool) -> int:
-    tools = gw.hub.registry.tools()
+def _tools(gw: Gateway, as_json: bool, out: list[str]) -> int:
+    tools = _exposed_tools(gw)
     if as_json:
-        print(json.dumps([t.model_dump(by_alias=True, mode="json", exclude_none=True) for t in tools], indent=2))
+        out.append(json.dumps([t.model_dump(by_alias=True, mode="json", exclude_none=True) for t in tools], indent=2))
     else:
         for tool in tools:
             first_line = (tool.description or "").strip().splitlines()
-            print(f"{tool.name}  {first_line[0] if first_line else ''}".rstrip())
+            out.append(f"{tool.name}  {first_line[0] if first_line else ''}".rstrip())
     return 0
 
 
-async def _call(gw: Gateway, tool: str, raw_args: str) -> int:
+async def _call(gw: Gateway, tool: str, raw_args: str, out: list[str]) -> int:
     try:
         arguments: Any = json.loads(raw_args)
     except json.JSONDecodeError as exc:
@@ -140,9 +197,9 @@ async def _call(gw: Gateway, tool: str, raw_args: str) -> int:
         result = (await gw.engine.execute(tool, arguments)).result
     assert result is not None
     for block in result.content:
-        print(block.text if isinstance(block, mcp_types.TextContent) else block.model_dump_json(by_alias=True))
+        out.append(block.text if isinstance(block, mcp_types.TextContent) else block.model_dump_json(by_alias=True))
     if result.structured_content is not None and not result.content:
-        print(json.dumps(result.structured_content, indent=2))
+        out.append(json.dumps(result.structured_content, indent=2))
     return 1 if result.is_error else 0
 
 
@@ -162,23 +219,38 @@ def _http_exposure(args: argparse.Namespace, config: Config) -> HttpExposure | N
     )
 
 
-async def _run(args: argparse.Namespace, config: Config, exposure: HttpExposure | None) -> int:
+async def _run(
+    args: argparse.Namespace,
+    config: Config,
+    exposure: HttpExposure | None,
+    sockets: list[socket.socket] | None,
+    out: list[str],
+) -> int:
+    """Run one command with the gateway open; what it prints goes to `out`, written once the servers are stopped."""
     async with open_gateway(config) as gw:
         if args.command == "serve":
             limit = config.settings.max_request_bytes
             if exposure is not None:
-                banner = f"{len(gw.hub.registry.routes)} tools from {len(gw.hub.registry.servers)} server(s)"
+                banner = f"{len(_exposed_tools(gw))} tools from {len(gw.hub.registry.servers)} server(s)"
                 await serve_http(
-                    gw.server, host=args.host, port=args.port, exposure=exposure, max_request_bytes=limit, banner=banner
+                    gw.server,
+                    host=args.host,
+                    port=args.port,
+                    exposure=exposure,
+                    max_request_bytes=limit,
+                    banner=banner,
+                    sockets=sockets,
                 )
             else:
                 await serve_stdio(gw.server, max_request_bytes=limit)
             return 0
+        # A one-shot command reports on every server: past the start-up grace, wait for the rest.
+        await gw.hub.wait_started()
         if args.command == "check":
-            return await _check(gw, args.json)
+            return _check(gw, args.json, out)
         if args.command == "tools":
-            return await _tools(gw, args.json)
-        return await _call(gw, args.tool, args.args)
+            return _tools(gw, args.json, out)
+        return await _call(gw, args.tool, args.args, out)
 
 
 def _record_line(r: AuditRecord) -> str:
@@ -274,30 +346,127 @@ def _follow(path: Path) -> int:
         return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the `toolscore` console script."""
-    args = _parser().parse_args(argv)
-    configure_logging(args.log_level)
+class _OnceEach:
+    """structlog processor: a downstream's repeated warning is written once (`check` of a non-MCP command).
+
+    A command that is not an MCP server (`ls -la`) gives one warning per line it prints; its row
+    in the `check` table already says it is down, so one line of the kind is enough.
+    """
+
+    def __init__(self) -> None:
+        self._seen: set[tuple[str, str]] = set()
+
+    def __call__(self, logger: Any, method: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+        server = event.get("server")
+        if isinstance(server, str):
+            key = (server, str(event.get("event")))
+            if key in self._seen:
+                raise structlog.DropEvent
+            self._seen.add(key)
+        return event
+
+
+class _NoTraceback(logging.Filter):
+    """The SDK's log records on one line: the exception's first line instead of its traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and record.exc_info[1] is not None:
+            exc = record.exc_info[1]
+            summary = (str(exc).splitlines() or [""])[0]
+            record.msg = f"{record.getMessage()} ({type(exc).__name__}: {summary})"
+            record.args = None
+            record.exc_info = None
+            record.exc_text = None
+        return True
+
+
+def _quiet_start_up() -> None:
+    """Below debug level, a one-shot command reports each server's problems in one line, no traceback."""
+    structlog.configure(processors=[_OnceEach(), *structlog.get_config()["processors"]])
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(_NoTraceback())
+
+
+def _load(args: argparse.Namespace) -> Config | None:
+    """The config, or None after saying on stderr why there is none."""
+    path: Path | None = args.config
+    if path is None and not any(candidate.is_file() for candidate in config_candidates()):
+        if args.command == "audit" and args.file is not None:
+            return Config()  # reading a given audit file needs no servers.json
+        looked = " and ".join(str(candidate) for candidate in config_candidates())
+        print(
+            f"toolscore: config error: no servers.json found (looked at {looked}); pass --config PATH", file=sys.stderr
+        )
+        return None
     try:
-        config = load_config(args.config or default_config_path())
+        return load_config(path or default_config_path())
     except ConfigError as exc:
-        if args.command == "audit" and args.file is not None and args.config is None:
-            config = Config()  # reading a given audit file needs no servers.json
-        else:
-            print(f"toolscore: config error: {exc}", file=sys.stderr)
-            return EXIT_CONFIG
+        if args.command == "audit" and args.file is not None and path is None:
+            return Config()
+        print(f"toolscore: config error: {exc}", file=sys.stderr)
+        return None
+
+
+def _listen(args: argparse.Namespace) -> list[socket.socket] | None:
+    """`serve --transport http`: the listening sockets, bound before any server starts."""
+    where = f"[{args.host}]:{args.port}" if ":" in args.host else f"{args.host}:{args.port}"
+    try:
+        return listen_sockets(args.host, args.port)
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        print(f"toolscore: error: cannot listen on {where}: {reason[:1].lower()}{reason[1:]}", file=sys.stderr)
+        return None
+
+
+def _command(args: argparse.Namespace) -> int:
+    configure_logging(args.log_level)
+    config = _load(args)
+    if config is None:
+        return EXIT_CONFIG
     if args.command == "audit":
         return _audit(args, config)
     if args.command == "install":
         return _install(args, config)
+    if args.command in ONE_SHOT and logging.getLevelName(args.log_level.upper()) != logging.DEBUG:
+        _quiet_start_up()
+    sockets: list[socket.socket] | None = None
+    out: list[str] = []
     try:
         exposure = _http_exposure(args, config)  # checked before any server starts
-        return anyio.run(_run, args, config, exposure)
+        if exposure is not None and (sockets := _listen(args)) is None:
+            return EXIT_CONFIG
+        code = anyio.run(_run, args, config, exposure, sockets, out)
     except ConfigError as exc:  # found while starting: a plugin that is not installed, say
         print(f"toolscore: config error: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     except KeyboardInterrupt:
         return 130
+    finally:
+        for sock in sockets or []:
+            sock.close()
+    for line in out:
+        print(line)
+    return code
+
+
+def _stdout_gone() -> int:
+    """The reader of stdout went away (`| head -1`): stop quietly, as a SIGPIPE'd command would."""
+    # Python flushes stdout again at exit: point it at /dev/null so that flush cannot fail too.
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return EXIT_BROKEN_PIPE
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the `toolscore` console script."""
+    args = _parser().parse_args(argv)
+    try:
+        code = _command(args)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        return _stdout_gone()
+    return code
 
 
 if __name__ == "__main__":

@@ -28,9 +28,10 @@ import re
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from toolscore._json import JsonPath, format_path, map_strings_at
 from toolscore.errors import ConfigError
@@ -60,6 +61,7 @@ __all__ = [
     "Shorthand",
     "ToolFilter",
     "ToolRules",
+    "config_candidates",
     "default_config_path",
     "load_config",
     "parse_config",
@@ -94,6 +96,17 @@ def _regexes(patterns: tuple[str, ...]) -> tuple[str, ...]:
     return patterns
 
 
+def _glob_list(value: Any) -> Any:
+    # A bare string would otherwise read "Input should be a valid tuple", which names our type, not the fix.
+    if not isinstance(value, list | tuple):
+        raise PydanticCustomError("globs", 'must be a list of tool names or globs, e.g. ["read_*"]')
+    return value
+
+
+_Globs = Annotated[tuple[str, ...], BeforeValidator(_glob_list)]
+"""Tool names or glob patterns (allow/deny lists)."""
+
+
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -101,9 +114,9 @@ class _Frozen(BaseModel):
 class ToolFilter(_Frozen):
     """Which of a server's tools are exposed, and under which names."""
 
-    allow: tuple[str, ...] | None = None
+    allow: _Globs | None = None
     """Glob patterns over the downstream tool names; only matches are exposed (None: all)."""
-    deny: tuple[str, ...] = ()
+    deny: _Globs = ()
     """Glob patterns over the downstream tool names that are never exposed (wins over allow)."""
     rename: dict[str, str] = Field(default_factory=dict)
     """Downstream tool name -> exposed tool name (before the server prefix is added)."""
@@ -112,8 +125,8 @@ class ToolFilter(_Frozen):
 class ToolRules(_Frozen):
     """Which tools may be called at all (globs; global rules match exposed names, per-server ones downstream names)."""
 
-    allow: tuple[str, ...] | None = None
-    deny: tuple[str, ...] = ()
+    allow: _Globs | None = None
+    deny: _Globs = ()
 
 
 class PathRules(_Frozen):
@@ -249,6 +262,9 @@ class ServerConfig(BaseModel):
     """After a call times out: `ping` the server and restart it if it does not answer within
     `ping_timeout` (it is wedged), or `restart` it at once (code runners stuck in user code)."""
     ping_timeout: float = Field(default=5.0, gt=0)
+    backoff_reset_seconds: float = Field(default=10.0, gt=0)
+    """Uptime after which a crash counts as a fresh failure: the restart delay (0.5 s, doubling to
+    10 s while the server keeps failing) starts over at 0.5 s."""
     isolation: Literal["shared", "session"] = "shared"
     """`session`: each front client gets its own instance of this server, started on its first
     call (a code sandbox whose state must not be shared between clients)."""
@@ -398,6 +414,10 @@ class GatewaySettings(_Frozen):
     separator: str = Field(default=DEFAULT_SEPARATOR, pattern=r"^[A-Za-z0-9_-]{1,4}$")
     default_timeout: float = Field(default=DEFAULT_TIMEOUT, gt=0)
     connect_timeout: float = Field(default=DEFAULT_CONNECT_TIMEOUT, gt=0)
+    startup_grace_seconds: float | None = Field(default=5.0, ge=0)
+    """How long opening the gateway waits for servers to come up before clients are served; a
+    server up later joins with `tools/list_changed`. null: wait for every server (up to its
+    connect_timeout)."""
     slow_call_seconds: float = Field(default=DEFAULT_SLOW_CALL_SECONDS, gt=0)
     max_request_bytes: int = Field(default=DEFAULT_MAX_REQUEST_BYTES, ge=1024)
     """The largest JSON-RPC message a front client may send (stdio and HTTP)."""
@@ -544,12 +564,15 @@ def _user_dir(xdg_var: str, fallback: str) -> Path:
     return Path(base) if base else Path.home() / fallback
 
 
+def config_candidates(cwd: Path | None = None) -> tuple[Path, Path]:
+    """Where a servers.json is looked for, in order: `./servers.json`, then the user's config file."""
+    return (cwd or Path.cwd()) / "servers.json", _user_dir("XDG_CONFIG_HOME", ".config") / "toolscore" / "servers.json"
+
+
 def default_config_path(cwd: Path | None = None) -> Path:
     """`./servers.json` if it exists, else the user's `toolscore/servers.json` config file."""
-    local = (cwd or Path.cwd()) / "servers.json"
-    if local.is_file():
-        return local
-    return _user_dir("XDG_CONFIG_HOME", ".config") / "toolscore" / "servers.json"
+    local, user = config_candidates(cwd)
+    return local if local.is_file() else user
 
 
 def state_dir() -> Path:

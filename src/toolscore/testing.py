@@ -178,4 +178,5 @@ async def running_gateway(
         post_hooks=post_hooks,
         memory_servers=memory,
     ) as gateway:
+        await gateway.hub.wait_started()  # stdio servers of `config` too, past the start-up grace
         yield gateway, sink

@@ -7,6 +7,8 @@ import stat
 from datetime import UTC, datetime
 from pathlib import Path
 
+import structlog.testing
+
 from toolscore import AuditRecord, JsonlAuditSink, read_audit
 
 
@@ -58,3 +60,15 @@ def test_rotation_keeps_backups_and_the_reader_reads_them_in_order(tmp_path: Pat
     assert all(p.stat().st_size <= 400 for p in tmp_path.iterdir())
     call_ids = [int(r.call_id) for r in read_audit(path)]
     assert call_ids == sorted(call_ids) and call_ids[-1] == 11  # oldest dropped, order kept
+
+
+def test_a_full_disk_loses_records_counts_them_and_never_raises(tmp_path: Path) -> None:
+    # /dev/full: every write fails with ENOSPC, as on a full disk.
+    sink = JsonlAuditSink("/dev/full")
+    with structlog.testing.capture_logs() as logs:
+        sink.write(record(1))  # the call this record is of already ran: the sink must not raise
+        sink.write(record(2))
+    sink.close()
+    assert sink.lost == 2
+    errors = [entry for entry in logs if entry["log_level"] == "error"]
+    assert len(errors) == 1 and "No space left on device" in errors[0]["error"]  # once per burst

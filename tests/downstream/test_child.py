@@ -14,6 +14,7 @@ import pytest
 from mcp import Client
 
 from tests.conftest import RAW_SERVER, fixture_entry, make_config, running_gateway, text, wait_for
+from toolscore.errors import DownstreamUnavailable
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
 
@@ -68,3 +69,32 @@ async def test_a_server_stderr_goes_to_its_own_log_file(tmp_path: Path) -> None:
     log = tmp_path / "logs" / "fx.log"
     assert log.exists()
     assert "starting 'fx'" in log.read_text()
+
+
+async def test_a_server_that_exits_at_once_says_why_in_the_unavailable_message(tmp_path: Path) -> None:
+    boom = {"command": sys.executable, "args": ["-c", "import sys; sys.stderr.write('boom\\n'); sys.exit(3)"]}
+    async with running_gateway(make_config({"boom": boom}), tmp_path) as (gw, _):
+        with pytest.raises(DownstreamUnavailable) as caught:
+            await gw.hub.call("boom", "anything", {}, progress=None)
+        assert "exit status 3" in str(caught.value)
+        assert "stderr: boom" in str(caught.value)
+        reason = gw.hub.unavailable_reason("boom")  # what the engine says of a routed call
+        assert reason is not None
+        assert "exit status 3" in reason
+        assert "boom" in reason
+
+
+@pytest.mark.parametrize(("reset", "delays"), [(None, [0.5, 1.0, 2.0]), (0.2, [0.5, 0.5, 0.5])])
+async def test_the_restart_delay_starts_over_after_backoff_reset_seconds_up(
+    tmp_path: Path, reset: float | None, delays: list[float]
+) -> None:
+    entry = fixture_entry(tmp_path) if reset is None else fixture_entry(tmp_path, backoff_reset_seconds=reset)
+    async with running_gateway(make_config({"fx": entry}), tmp_path) as (gw, _), Client(gw.server) as client:
+        fx = gw.hub.downstreams["fx"]
+        seen: list[float | None] = []
+        for connects in range(2, 2 + len(delays)):
+            await anyio.sleep(0.3)  # up longer than 0.2 s, far less than the default 10 s
+            assert (await client.call_tool("fx__crash", {})).is_error
+            await wait_for(lambda n=connects: fx.connects == n, 15)
+            seen.append(fx.retry_delay)
+        assert seen == delays

@@ -4,6 +4,7 @@ not the subject here: tests/downstream/test_child.py and test_transports.py cove
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -12,9 +13,12 @@ import anyio
 import mcp_types
 import pytest
 from mcp import Client
+from mcp.server import Server, ServerRequestContext
 
 from tests.conftest import memory_gateway, text, wait_for
+from tests.fixtures.fixture_server import build_server
 from toolscore import Gateway
+from toolscore.testing import running_gateway
 
 pytestmark = pytest.mark.anyio
 
@@ -163,3 +167,47 @@ async def test_audit_records_are_complete(tmp_path: Path) -> None:
     assert ok.actual_tokens
     assert ok.estimated_tokens
     assert (failed.success, failed.error_kind) == (False, "tool_error")
+
+
+async def test_a_restarting_servers_tools_say_so_and_when_to_retry(tmp_path: Path) -> None:
+    listing = True
+
+    async def list_tools(
+        ctx: ServerRequestContext[Any], params: mcp_types.PaginatedRequestParams | None
+    ) -> mcp_types.ListToolsResult:
+        if not listing:
+            raise RuntimeError("cannot list tools now")  # every reconnection fails: it stays down
+        schema = {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}
+        return mcp_types.ListToolsResult(tools=[mcp_types.Tool(name="read", input_schema=schema)])
+
+    async def call_tool(
+        ctx: ServerRequestContext[Any], params: mcp_types.CallToolRequestParams
+    ) -> mcp_types.CallToolResult:
+        return mcp_types.CallToolResult(content=[mcp_types.TextContent(text=str((params.arguments or {})["text"]))])
+
+    docs = Server("docs", on_list_tools=list_tools, on_call_tool=call_tool)
+    async with (
+        running_gateway({"docs": docs, "fx": build_server(tmp_path)}) as (gw, sink),
+        Client(gw.server, mode="legacy") as client,
+    ):
+        assert text(await client.call_tool("docs__read", {"text": "a"})) == "a"
+        listing = False
+        gw.hub.downstreams["docs"].restart("a test restarts it")
+        await wait_for(lambda: gw.hub.unavailable_reason("docs") is not None)
+
+        down = await client.call_tool("docs__read", {"text": "b"})
+        assert down.is_error
+        assert "Unknown tool" not in text(down)
+        assert text(down).startswith("Server 'docs' is not available (down: ")
+        # The first reconnection comes 0.5 s after the drop: the wait left is at most that.
+        retry = re.search(r"restarting, retry in (\d+\.\d) s\); tool 'docs__read' was not called\.$", text(down))
+        assert retry is not None and 0 <= float(retry.group(1)) <= 0.5, text(down)
+        record = sink.records[-1]
+        assert (record.tool, record.server, record.error_kind) == ("docs__read", "docs", "unavailable")
+        # Not listed while down; a tool that never existed is still unknown.
+        assert [t.name for t in (await client.list_tools()).tools if t.name.startswith("docs")] == []
+        assert "Unknown tool 'docs__nope'" in text(await client.call_tool("docs__nope", {}))
+
+        listing = True
+        await wait_for(lambda: gw.hub.unavailable_reason("docs") is None, 20)
+        assert text(await client.call_tool("docs__read", {"text": "back"})) == "back"

@@ -94,3 +94,23 @@ def test_servers_are_indexed_in_config_order() -> None:
     reg = build_registry({"a": [tool("t")], "z": [tool("t")]}, cfg)
     assert list(reg.routes) == ["z__t", "a__t"]
     assert reg.servers == ("z", "a")
+
+
+def test_a_down_servers_last_tools_stay_routed_but_unlisted() -> None:
+    cfg = make_config({"docs": {"command": "x"}, "fx": {"command": "y", "prefix": "docs"}})
+    long = "t" * 70
+    reg = build_registry({"docs": [tool("read"), tool(long)], "fx": [tool("read"), tool("echo")]}, cfg, down={"docs"})
+    # A call to a down server's tool finds its route (and can be told the server is restarting)...
+    shortened = reg.find("docs", long)
+    assert shortened is not None and reg.get(shortened.public_name) is shortened
+    # ...but only connected servers are listed and named, and a connected server keeps a
+    # colliding name; what the down server's tools ran into was reported while it was up.
+    assert [t.name for t in reg.tools()] == ["docs__read", "docs__echo"]
+    route = reg.get("docs__read")
+    assert route is not None and route.server == "fx"
+    assert reg.servers == ("fx",)
+    assert reg.down == frozenset({"docs"})
+    assert reg.problems == ()
+    everyone_up = build_registry({"docs": [tool("read")], "fx": [tool("read")]}, cfg)
+    assert everyone_up.get("docs__read").server == "docs"  # type: ignore[union-attr]
+    assert len(everyone_up.problems) == 1 and everyone_up.down == frozenset()

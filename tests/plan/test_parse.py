@@ -12,7 +12,7 @@ from toolscore.errors import PlanCheckError, PlanSyntaxError
 from toolscore.plan.blocks import BlockKind, option
 from toolscore.plan.check import check_plan
 from toolscore.plan.nodes import Block, CallNode
-from toolscore.plan.parse import MAX_DEPTH, parse_turn
+from toolscore.plan.parse import MAX_DEPTH, MAX_DEPTH_CEILING, parse_turn
 
 
 def problems(text: str, **kw: int) -> list[tuple[str, str]]:
@@ -260,6 +260,19 @@ def test_blocks_may_nest_up_to_the_limit() -> None:
     assert [code for code, _ in problems("<race>" * (MAX_DEPTH + 1) + "</race>" * (MAX_DEPTH + 1))] == ["too_deep"]
     assert next(code for code, _ in problems("<race>" * MAX_DEPTH + "<race>")) == "too_deep"
     assert [code for code, _ in problems("<race>" * MAX_DEPTH + "<race/>" + "</race>" * MAX_DEPTH)] == ["too_deep"]
+
+
+def test_the_depth_limit_is_the_configured_one_up_to_the_ceiling() -> None:
+    def nested(depth: int) -> str:
+        return "<sequential>" * depth + "<search>x</search>" + "</sequential>" * depth
+
+    assert parse_turn(nested(MAX_DEPTH_CEILING), max_depth=MAX_DEPTH_CEILING).depth == MAX_DEPTH_CEILING
+    assert parse_turn(nested(3), max_depth=3).depth == 3
+    for depth, limit in [(4, 3), (MAX_DEPTH_CEILING + 1, MAX_DEPTH_CEILING), (MAX_DEPTH_CEILING + 1, 1000)]:
+        with pytest.raises(PlanSyntaxError) as err:
+            parse_turn(nested(depth), max_depth=limit)
+        assert [p.code for p in err.value.problems] == ["too_deep"]
+        assert err.value.problems[0].message == f"blocks nest deeper than {min(limit, MAX_DEPTH_CEILING)} levels"
 
 
 def test_the_size_cap_is_checked_before_parsing() -> None:

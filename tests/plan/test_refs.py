@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -96,6 +97,32 @@ def test_a_path_starts_at_the_json_unless_it_names_a_record_field() -> None:
         7,
         None,
     ]
+
+
+def test_a_path_sees_through_one_json_string_wrapper() -> None:
+    # The shipped sandbox answers {"result": "<its JSON as a string>"}.
+    inner = json.dumps({"stdout": "45\n", "runs": [{"n": 1}, {"n": 2}], "status": "completed"})
+    lookup = {
+        "c": record({"result": inner}, text=json.dumps({"result": inner})),
+        "s": record(inner, text=inner),
+        "twice": record({"result": json.dumps({"result": inner})}),
+        "plain": record({"result": "not json", "other": inner}),
+    }.get
+    assert resolve(
+        ["${c.json.stdout}", "${c.stdout}", "${c.runs[*].n}", "${c.result.status}", "${s.runs[-1].n}", "${c.result}"],
+        lookup,
+    ) == ["45\n", "45\n", [1, 2], "completed", 2, inner]
+    assert resolve("out: ${c.stdout}", lookup) == "out: 45\n"
+    # Only where the path leads nowhere otherwise, and only one wrapper deep.
+    assert resolve("${c.result}", lookup) == inner
+    for template, reason in [
+        ("${twice.stdout}", "no key 'stdout'"),
+        ("${plain.stdout}", "no key 'stdout'"),
+        ("${c.missing}", "no key 'missing'"),
+    ]:
+        with pytest.raises(RefError, match=reason):
+            resolve(template, lookup)
+    assert resolve("${c.missing?}", lookup) is None
 
 
 @pytest.mark.parametrize(

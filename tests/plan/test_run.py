@@ -43,7 +43,24 @@ async def test_parallel_steps_run_at_once() -> None:
 async def test_a_call_timeout_cancels_the_downstream_call(gw: GW, tmp_path: Path) -> None:
     result = await run(gw[0], '<fx><sleep timeout="200ms">{"seconds": 30, "tag": "t"}</sleep></fx><say>after</say>')
     assert statuses(result) == {1: "timeout", 2: "skipped"}
+    # The step's own timeout: no block set one, so no block "ran past its timeout".
+    assert "<result block=" not in text(result)
     await wait_for((tmp_path / "cancelled-t").exists)
+
+
+async def test_only_the_block_whose_own_timeout_expired_reports_it(gw: GW, tmp_path: Path) -> None:
+    result = await run(
+        gw[0],
+        '<sequential id="outer"><sequential id="inner" timeout="200ms">'
+        '<fx><sleep>{"seconds": 30, "tag": "inner"}</sleep></fx></sequential><say>after</say></sequential>',
+    )
+    assert statuses(result) == {1: "timeout", 2: "skipped"}
+    assert text(result).count("<result block=") == 1
+    assert (
+        '<result block="sequential" id="inner" status="timeout">&lt;sequential&gt; ran past its timeout; '
+        "unfinished steps were cancelled</result>"
+    ) in text(result)
+    await wait_for((tmp_path / "cancelled-inner").exists)
 
 
 async def test_a_block_timeout_cancels_what_is_still_running(gw: GW, tmp_path: Path) -> None:

@@ -86,6 +86,16 @@ async def test_dry_run_describes_the_checked_plan_without_running_it(gw: GW, tmp
     assert not (tmp_path / "count-dry").exists()
 
 
+async def test_a_dry_run_without_execute_tools_does_not_say_it_ran(gw: GW, tmp_path: Path) -> None:
+    plan = '<fx><counter>{"key": "dry"}</counter></fx><answer>done</answer>'  # no <execute_tools />
+    result = await gw[0].orchestrator({"plan": plan, "dry_run": True})
+    assert not result.is_error and 'dry_run="true"' in text(result)
+    assert "<warning>the plan does not end with <execute_tools />" in text(result)
+    assert "run anyway" not in text(result)
+    assert "the plan ran" not in text(result)
+    assert not (tmp_path / "count-dry").exists()
+
+
 async def test_episodes_continue_step_numbers_and_references(gw: GW) -> None:
     async with Client(gw[0].server, mode="legacy") as client:
         first = await client.call_tool("orchestrate", {"plan": '<say id="a">from turn one</say>'})
@@ -168,7 +178,18 @@ async def test_the_configured_depth_limit_holds(tmp_path: Path) -> None:
         ok = await gateway.orchestrator({"plan": "<parallel><say>x</say></parallel>"})
         deep = await gateway.orchestrator({"plan": "<parallel><race><say>x</say></race></parallel>"})
     assert not ok.is_error
-    assert deep.is_error and '<plan_error code="too_deep">blocks nest 2 deep; the limit is 1</plan_error>' in text(deep)
+    assert deep.is_error
+    assert '<plan_error code="too_deep" tag="race" line="1">blocks nest deeper than 1 levels</plan_error>' in text(deep)
+
+
+async def test_a_configured_depth_above_the_default_is_honoured(tmp_path: Path) -> None:
+    servers = {"fx": {"shorthand": SAY}}
+    nested = "<sequential>" * 12 + "<say>deep</say>" + "</sequential>" * 12
+    async with memory_gateway(tmp_path, servers, toolscore={"plan": {"max_depth": 12}}) as (gateway, _):
+        ok = await gateway.orchestrator({"plan": nested})
+        deep = await gateway.orchestrator({"plan": f"<parallel>{nested}</parallel>"})
+    assert not ok.is_error and statuses(ok) == {1: "ok"}
+    assert deep.is_error and "blocks nest deeper than 12 levels" in text(deep)
 
 
 async def test_a_large_plan_is_parsed_off_the_event_loop_all_the_same(gw: GW) -> None:

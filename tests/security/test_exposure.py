@@ -66,7 +66,8 @@ def clean_env(**extra: str) -> dict[str, str]:
 
 
 def write_config(tmp_path: Path, http: dict[str, Any] | None = None) -> Path:
-    section: dict[str, Any] = {"audit": {"path": ""}, "log_dir": str(tmp_path / "logs")}
+    # No start-up grace: a test's first tools/list sees the fixture server however loaded the machine.
+    section: dict[str, Any] = {"audit": {"path": ""}, "log_dir": str(tmp_path / "logs"), "startup_grace_seconds": None}
     if http is not None:
         # The request size cap is gateway-wide (stdio too), so it sits beside `http`.
         if "max_request_bytes" in http:

@@ -78,7 +78,8 @@ def stdio(tmp_path_factory: pytest.TempPathFactory) -> Iterator[subprocess.Popen
     each test also shows that the inputs before it left the gateway answering."""
     tmp_path = tmp_path_factory.mktemp("stdio")
     path = tmp_path / "servers.json"
-    config = {"mcpServers": {"fx": fixture_entry(tmp_path)}, "toolscore": {"max_request_bytes": 1024 * 1024}}
+    settings = {"max_request_bytes": 1024 * 1024, "startup_grace_seconds": None}
+    config = {"mcpServers": {"fx": fixture_entry(tmp_path)}, "toolscore": settings}
     path.write_text(json.dumps(config))
     proc = subprocess.Popen(
         [TOOLSCORE, "serve", "--config", str(path)],

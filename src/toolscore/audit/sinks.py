@@ -16,6 +16,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
 
+import structlog
 from pydantic import BaseModel, ConfigDict
 
 __all__ = [
@@ -27,6 +28,8 @@ __all__ = [
     "audit_files",
     "read_audit",
 ]
+
+log = structlog.get_logger("toolscore.audit")
 
 
 class AuditRecord(BaseModel):
@@ -116,21 +119,40 @@ class JsonlAuditSink:
         self._backups = backups
         self._fd: int | None = self._open()
         self._size = os.fstat(self._fd).st_size
+        self.lost = 0
+        """Records that could not be written (since the sink was opened)."""
+        self._failing = False
 
     def _open(self) -> int:
         return os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
 
     def write(self, record: AuditRecord) -> None:
-        """Hand the record's line to the kernel in one write."""
+        """Hand the record's line to the kernel in one write.
+
+        A write that fails (a full disk, a vanished mount) loses the record, not the call, which
+        may already have run: it is counted in `lost` and logged once per run of failures.
+        """
         if self._fd is None:
             return
         line = (record.model_dump_json(exclude_none=True) + "\n").encode()
-        if self._max_bytes is not None and self._size and self._size + len(line) > self._max_bytes:
-            self._rotate()
-        os.write(self._fd, line)
-        self._size += len(line)
-        if self._fsync:
-            os.fsync(self._fd)
+        try:
+            if self._max_bytes is not None and self._size and self._size + len(line) > self._max_bytes:
+                self._rotate()
+            written = os.write(self._fd, line)
+            self._size += written
+            if written != len(line):
+                raise OSError(f"short write: {written} of {len(line)} bytes")
+            if self._fsync:
+                os.fsync(self._fd)
+        except OSError as exc:
+            self.lost += 1
+            if not self._failing:
+                self._failing = True
+                log.error("audit record lost: writing the audit file failed", path=str(self.path), error=str(exc))
+            return
+        if self._failing:
+            self._failing = False
+            log.warning("audit file writable again", path=str(self.path), lost=self.lost)
 
     def _rotate(self) -> None:
         assert self._fd is not None

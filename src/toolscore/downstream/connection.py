@@ -6,9 +6,11 @@ pushes), lists every page of tools and marks the server up. The transport's read
 wrapped so that its end (a dead child, a closed socket) sets the `lost` event; the SDK has no
 "disconnected" callback of its own. On loss the server is marked down, every call in flight gets
 an error at once (the SDK fails them with CONNECTION_CLOSED), and the loop reconnects with
-backoff (0.5 s doubling to 10 s). A `tools/list_changed` push re-lists the tools in the
-connection's own task. Whatever a downstream does, the exception stays in its supervisor: one
-failing server never breaks the others or the gateway.
+backoff (0.5 s doubling to 10 s; 0.5 s again after a connection that stayed up
+`backoff_reset_seconds`). The error kept for calls and `toolscore check` ends with how a stdio
+child ended: its exit status and its last lines on stderr. A `tools/list_changed` push re-lists
+the tools in the connection's own task. Whatever a downstream does, the exception stays in its
+supervisor: one failing server never breaks the others or the gateway.
 """
 
 from __future__ import annotations
@@ -166,7 +168,12 @@ class Downstream:
         self.error: str | None = None
         self.start_seconds: float | None = None
         self.connects = 0
+        self.retry_delay: float | None = None
+        self.retry_at: float | None = None
+        """When the supervisor next tries to connect (`anyio.current_time()`), while it is down."""
+        """The wait before the latest reconnection attempt (None before the first)."""
         self.first_attempt = anyio.Event()
+        self._up_since: float | None = None
         self._client: Client | None = None
         self._lost = anyio.Event()
         self._relist = anyio.Event()
@@ -280,10 +287,13 @@ class Downstream:
         delay = BACKOFF_INITIAL
         try:
             while True:
-                began = time.monotonic()
+                self._up_since = None
                 await self._connect_once()
-                if time.monotonic() - began > BACKOFF_MAX:
+                up = time.monotonic() - self._up_since if self._up_since is not None else 0.0
+                if up >= self.config.backoff_reset_seconds:
                     delay = BACKOFF_INITIAL  # it had been up a while: this is a fresh failure
+                self.retry_delay = delay
+                self.retry_at = anyio.current_time() + delay
                 log.warning("server down", server=self.label, error=self.error, retry_in_s=delay)
                 await anyio.sleep(delay)
                 delay = min(delay * 2, BACKOFF_MAX)
@@ -321,6 +331,7 @@ class Downstream:
                 self.error = None
                 self.start_seconds = time.perf_counter() - began
                 self.connects += 1
+                self._up_since = time.monotonic()
                 ready.set()
                 log.info("server up", server=self.label, tools=len(self.tools), start_s=round(self.start_seconds, 3))
                 await self._on_tools_changed()
@@ -331,6 +342,8 @@ class Downstream:
             was_up = self._client is not None
             self._client = None
             self.state = ServerState.DOWN
+            if ended := self.transport.last_exit():  # the exit status and stderr say why, often
+                self.error = f"{self.error}; {ended}" if self.error else ended
             ready.set()
             if was_up:
                 with anyio.CancelScope(shield=True):

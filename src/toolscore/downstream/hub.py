@@ -23,7 +23,7 @@ from anyio.abc import TaskGroup
 from mcp.server import Server
 
 from toolscore.config import Config, ServerConfig
-from toolscore.downstream.connection import Downstream, ServerStatus
+from toolscore.downstream.connection import BACKOFF_MAX, Downstream, ServerState, ServerStatus
 from toolscore.downstream.registry import Registry, build_registry
 from toolscore.downstream.transports import MemoryTransport, Transport, transport_for
 from toolscore.errors import DownstreamUnavailable, UsageError
@@ -104,9 +104,16 @@ class DownstreamHub:
         return [d.status() for d in self.downstreams.values()]
 
     def unavailable_reason(self, server: str) -> str | None:
-        """Why `server` cannot take calls now, or None."""
+        """Why `server` cannot take calls now, or None; a down server's says when it is retried."""
         downstream = self.downstreams.get(server)
-        return "not configured" if downstream is None else downstream.unavailable_reason()
+        if downstream is None:
+            return "not configured"
+        reason = downstream.unavailable_reason()
+        if reason is not None and downstream.state is ServerState.DOWN:
+            retry_at = downstream.retry_at
+            wait = BACKOFF_MAX if retry_at is None else max(0.0, retry_at - anyio.current_time())
+            reason = f"{reason}; restarting, retry in {wait:.1f} s"
+        return reason
 
     def add_reap_hook(self, hook: Callable[[], None]) -> None:
         """Run `hook` on the event loop every few seconds, before instances are reaped."""
@@ -209,8 +216,11 @@ class DownstreamHub:
             await downstream.first_attempt.wait()
 
     async def _rebuild(self) -> None:
-        tools = {d.name: d.tools for d in self.downstreams.values() if d.unavailable_reason() is None}
-        registry = build_registry(tools, self.config)
+        # A server that was up once and is down now keeps its last tools routed (not listed), so
+        # a call to one answers "restarting, retry in ..." rather than "unknown tool".
+        known = [d for d in self.downstreams.values() if d.unavailable_reason() is None or d.connects > 0]
+        down = {d.name for d in known if d.unavailable_reason() is not None}
+        registry = build_registry({d.name: d.tools for d in known}, self.config, down=down)
         for problem in registry.problems:
             if problem not in self._problems:
                 log.warning("tool not exposed as listed", problem=problem)
@@ -228,10 +238,13 @@ class DownstreamHub:
 async def open_hub(
     config: Config, *, log_dir: Path | None = None, memory_servers: Mapping[str, Server[Any]] | None = None
 ) -> AsyncIterator[DownstreamHub]:
-    """Start every enabled server concurrently; yield once each has connected or failed once.
+    """Start every enabled server concurrently; yield once each has connected or failed once, or
+    once `toolscore.startup_grace_seconds` have passed, whichever comes first.
 
-    Startup takes about as long as the slowest server (bounded by its connect timeout), not the
-    sum. On exit every connection is closed and every stdio child reaped.
+    Startup takes about as long as the slowest server, bounded by the grace (a server that hangs
+    must not keep clients from initializing); a server up later is added to the registry then,
+    and the listeners hear of it (`tools/list_changed`). `wait_started` waits for the rest. On
+    exit every connection is closed and every stdio child reaped.
 
     Args:
         memory_servers: SDK servers run in this process, by server name: they replace what the
@@ -244,7 +257,10 @@ async def open_hub(
             tg.start_soon(downstream.run, name=f"downstream:{downstream.name}")
         tg.start_soon(hub._reap, name="downstream:reaper")
         try:
-            await hub.wait_started()
+            with anyio.move_on_after(config.settings.startup_grace_seconds):
+                await hub.wait_started()
+            if starting := [d.name for d in hub.downstreams.values() if not d.first_attempt.is_set()]:
+                log.warning("serving before these servers are up; they join when they are", servers=starting)
             yield hub
         finally:
             hub._closing = True

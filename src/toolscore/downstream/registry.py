@@ -6,7 +6,7 @@ Rebuilt from scratch whenever a server's tool list changes; a rebuild is cheap n
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,16 +50,24 @@ class Route:
 
 @dataclass(frozen=True, slots=True)
 class Registry:
-    """Every routed tool plus what went wrong while building the index."""
+    """Every routed tool plus what went wrong while building the index.
+
+    The routes of a server that is down (being restarted) are kept from its last tool list, so a
+    call to one is answered "unavailable, retried in ..." rather than "unknown tool"; they are not
+    listed (`tools()`) until the server is back.
+    """
 
     routes: Mapping[str, Route] = field(default_factory=dict)
     problems: tuple[str, ...] = ()
     servers: tuple[str, ...] = ()
+    """The connected servers, in config order."""
     by_remote: Mapping[tuple[str, str], Route] = field(default_factory=dict)
     """(server, downstream tool name) -> route, for plans that name tools the way servers do."""
+    down: frozenset[str] = frozenset()
+    """Servers that are down but were up once: their last known tools are routed, not listed."""
 
     def get(self, name: str) -> Route | None:
-        """The route for a public tool name, if any."""
+        """The route for a public tool name, if any (a down server's tools included)."""
         return self.routes.get(name)
 
     def find(self, server: str, tool: str) -> Route | None:
@@ -67,8 +75,8 @@ class Registry:
         return self.by_remote.get((server, tool))
 
     def tools(self) -> list[mcp_types.Tool]:
-        """The exposed tool definitions, in server then downstream order."""
-        return [r.tool for r in self.routes.values()]
+        """The exposed tool definitions of the connected servers, in server then downstream order."""
+        return [r.tool for r in self.routes.values() if r.server not in self.down]
 
 
 def _selected(name: str, allow: Sequence[str] | None, deny: Sequence[str]) -> bool:
@@ -115,38 +123,50 @@ def _path_keys(schema: Any, found: set[str] | None = None, depth: int = 0) -> se
     return found
 
 
+def _ignore(problem: str) -> None:
+    """A down server's problems: already reported while it was up."""
+
+
 def _compile(schema: Mapping[str, Any]) -> Validator:
     cls = validator_for(schema)
     return cls(schema)
 
 
-def build_registry(server_tools: Mapping[str, Sequence[mcp_types.Tool]], config: Config) -> Registry:
+def build_registry(
+    server_tools: Mapping[str, Sequence[mcp_types.Tool]], config: Config, *, down: Collection[str] = ()
+) -> Registry:
     """Index the tools of every connected server.
 
     Args:
         server_tools: Each connected server's tools, as it listed them; servers in config order.
         config: Filters, renames, prefixes and the separator.
+        down: Servers of `server_tools` that are down: their tools (as last listed) are routed,
+            so a call can be told the server is restarting, but not listed or counted as connected.
 
     Returns:
-        The index. Collisions keep the first server in config order; every skipped, shortened or
-        colliding tool is described in `problems`.
+        The index. Collisions keep the first server in config order (a connected server before a
+        down one); every skipped, shortened or colliding tool of a connected server is described
+        in `problems` (a down server's were reported while it was up).
     """
     routes: dict[str, Route] = {}
     problems: list[str] = []
     separator = config.settings.separator
     order = [name for name in config.servers if name in server_tools]
-    for server in order:
+    resting = frozenset(down) & set(order)
+    up = [name for name in order if name not in resting]
+    for server in [*up, *(name for name in order if name in resting)]:
         cfg = config.servers[server]
         prefix = server if cfg.prefix is None else cfg.prefix
+        report = problems.append if server not in resting else _ignore
         for tool in server_tools[server]:
             if not _selected(tool.name, cfg.tools.allow, cfg.tools.deny):
                 continue
             exposed = cfg.tools.rename.get(tool.name, tool.name)
             name, shortened = public_name(prefix, exposed, separator)
             if shortened:
-                problems.append(f"server '{server}' tool '{tool.name}' is exposed as '{name}' (shortened to 64)")
+                report(f"server '{server}' tool '{tool.name}' is exposed as '{name}' (shortened to 64)")
             if (other := routes.get(name)) is not None:
-                problems.append(
+                report(
                     f"name collision: '{name}' from server '{server}' (tool '{tool.name}') is already taken by"
                     f" server '{other.server}' (tool '{other.remote_name}'); kept '{other.server}'. Fix: give one"
                     f' server a different "prefix" or add "tools": {{"rename": {{"{tool.name}": "new_name"}}}}'
@@ -154,7 +174,7 @@ def build_registry(server_tools: Mapping[str, Sequence[mcp_types.Tool]], config:
                 continue
             exposed_tool = tool.model_copy(update={"name": name})
             if (problem := _schema_problem(exposed_tool)) is not None:
-                problems.append(f"server '{server}' tool '{tool.name}' skipped: {problem}")
+                report(f"server '{server}' tool '{tool.name}' skipped: {problem}")
                 continue
             routes[name] = Route(
                 name,
@@ -167,4 +187,4 @@ def build_registry(server_tools: Mapping[str, Sequence[mcp_types.Tool]], config:
                 path_keys=frozenset(_path_keys(tool.input_schema)),
             )
     by_remote = {(r.server, r.remote_name): r for r in routes.values()}
-    return Registry(routes=routes, problems=tuple(problems), servers=tuple(order), by_remote=by_remote)
+    return Registry(routes=routes, problems=tuple(problems), servers=tuple(up), by_remote=by_remote, down=resting)

@@ -10,6 +10,7 @@ the gateway without a subprocess. `transport_for` picks the transport a servers.
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
@@ -63,6 +64,11 @@ class Transport(Protocol):
         """Release what outlives connections (log files); the transport is not used after."""
         ...
 
+    def last_exit(self) -> str | None:
+        """How the last connection's server ended, if the gateway ran it: its exit status and the
+        last lines it wrote on stderr (None for a server the gateway does not run)."""
+        ...
+
 
 class StdioTransport:
     """A child process speaking JSON-RPC lines on stdin/stdout (see `child`)."""
@@ -76,12 +82,15 @@ class StdioTransport:
         self._label = label
         self._child: ChildProcess | None = None
         self._errlog = _open_errlog(log_dir, config.name)
+        self._exit: str | None = None
 
     @asynccontextmanager
     async def connect(self) -> AsyncIterator[Streams]:
         cfg = self._config
         assert cfg.command is not None
         started: list[ChildProcess] = []
+        self._exit = None
+        log_start = _size(self._errlog)
         try:
             async with spawn_stdio(
                 cfg.command,
@@ -97,6 +106,8 @@ class StdioTransport:
                 yield streams
         finally:
             self._child = None
+            if started:  # the child has been reaped: its status and stderr are complete
+                self._exit = _exit_report(started[0].returncode, self._errlog, log_start)
 
     def kill(self) -> None:
         if self._child is not None:
@@ -109,6 +120,9 @@ class StdioTransport:
     def close(self) -> None:
         if self._errlog is not None:
             self._errlog.close()
+
+    def last_exit(self) -> str | None:
+        return self._exit
 
 
 class HttpTransport:
@@ -133,6 +147,10 @@ class HttpTransport:
     def close(self) -> None:
         """Nothing outlives a connection."""
 
+    def last_exit(self) -> str | None:
+        """Not a process the gateway runs."""
+        return None
+
 
 class SseTransport:
     """The older HTTP+SSE transport."""
@@ -152,6 +170,10 @@ class SseTransport:
 
     def close(self) -> None:
         """Nothing outlives a connection."""
+
+    def last_exit(self) -> str | None:
+        """Not a process the gateway runs."""
+        return None
 
 
 class MemoryTransport:
@@ -193,6 +215,10 @@ class MemoryTransport:
     def close(self) -> None:
         """Nothing outlives a connection."""
 
+    def last_exit(self) -> str | None:
+        """Not a process the gateway runs."""
+        return None
+
 
 def transport_for(config: ServerConfig, *, log_dir: Path | None, max_message_bytes: int, label: str) -> Transport:
     """The transport a servers.json entry names (`memory` servers are given in process instead)."""
@@ -212,3 +238,50 @@ def _open_errlog(log_dir: Path | None, name: str) -> IO[str] | None:
     fh = open(log_dir / f"{name}.log", "a", buffering=1, encoding="utf-8")  # noqa: SIM115 - closed by close()
     fh.write(f"--- toolscore: starting '{name}' (pid {os.getpid()}) ---\n")
     return fh
+
+
+_TAIL_LINES = 5
+_TAIL_BYTES = 4096
+_TAIL_LINE_CHARS = 200
+
+
+def _size(errlog: IO[str] | None) -> int:
+    """Where the next connection's stderr starts in the log."""
+    if errlog is None:
+        return 0
+    errlog.flush()
+    return os.fstat(errlog.fileno()).st_size
+
+
+def _exit_report(returncode: int | None, errlog: IO[str] | None, start: int) -> str | None:
+    """`exit status 3; stderr: boom`: how a child ended, with the last lines it wrote on stderr."""
+    parts: list[str] = []
+    if returncode is not None and returncode >= 0:
+        parts.append(f"exit status {returncode}")
+    elif returncode is not None:
+        try:
+            parts.append(f"killed by {signal.Signals(-returncode).name}")
+        except ValueError:
+            parts.append(f"killed by signal {-returncode}")
+    if lines := _stderr_tail(errlog, start):
+        parts.append("stderr: " + " | ".join(lines))
+    return "; ".join(parts) or None
+
+
+def _stderr_tail(errlog: IO[str] | None, start: int) -> list[str]:
+    """The last few non-blank lines written to the log since `start` (this connection's stderr)."""
+    if errlog is None:
+        return []
+    try:
+        with open(errlog.name, "rb") as fh:
+            end = fh.seek(0, os.SEEK_END)
+            offset = max(start, end - _TAIL_BYTES)
+            fh.seek(offset)
+            data = fh.read(end - offset)
+    except OSError:
+        return []
+    lines = data.decode("utf-8", errors="replace").splitlines()
+    if offset > start and lines:
+        lines = lines[1:]  # cut mid-line
+    kept = ["".join(c if c.isprintable() else "?" for c in line.strip())[:_TAIL_LINE_CHARS] for line in lines]
+    return [line for line in kept if line][-_TAIL_LINES:]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import socket
 import sys
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
@@ -17,7 +18,7 @@ from toolscore.front.http import HttpExposure, HttpGuard
 from toolscore.front.server import FrontServer
 from toolscore.front.stdio import pollable, stdio_transport
 
-__all__ = ["serve_http", "serve_stdio"]
+__all__ = ["listen_sockets", "serve_http", "serve_stdio"]
 
 log = structlog.get_logger("toolscore")
 
@@ -48,6 +49,34 @@ async def serve_stdio(server: FrontServer, *, max_request_bytes: int) -> None:
             await server.run(read, write, server.create_initialization_options())
 
 
+def listen_sockets(host: str, port: int) -> list[socket.socket]:
+    """Bind and listen on every address `host` resolves to, as uvicorn would, before anything starts.
+
+    Checking the port first lets `serve` refuse in one line instead of after the downstream
+    servers have started; handing the bound sockets to uvicorn leaves no window for another
+    process to take the port in between.
+
+    Raises:
+        OSError: `host` does not resolve, or an address cannot be bound (in use, not permitted).
+    """
+    infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    sockets: list[socket.socket] = []
+    try:
+        for family, kind, proto, _name, address in dict.fromkeys(infos):
+            sock = socket.socket(family, kind, proto)
+            sockets.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.bind(address)
+            sock.listen()
+    except OSError:
+        for sock in sockets:
+            sock.close()
+        raise
+    return sockets
+
+
 class _UvicornServer(uvicorn.Server):
     """uvicorn without its own signal handling.
 
@@ -68,6 +97,7 @@ async def serve_http(
     exposure: HttpExposure,
     max_request_bytes: int,
     banner: str = "",
+    sockets: list[socket.socket] | None = None,
 ) -> None:
     """Serve streamable HTTP on `http(s)://host:port/mcp` until SIGTERM/SIGINT.
 
@@ -78,6 +108,8 @@ async def serve_http(
         exposure: The checked token, allow-lists and TLS (`resolve_exposure`).
         max_request_bytes: The largest request body.
         banner: What is served, for the start-up line (e.g. "69 tools from 6 server(s)").
+        sockets: Already listening on `host`:`port` (`listen_sockets`); uvicorn closes them at the end.
+            Without them uvicorn binds, and a port in use ends the process from inside uvicorn.
     """
     app = server.streamable_http_app(
         host=host, transport_security=exposure.security, max_request_body_size=max_request_bytes
@@ -104,4 +136,4 @@ async def serve_http(
     serving = f"serving {banner} on" if banner else "serving on"
     sys.stderr.write(f"toolscore: {serving} {exposure.scheme}://{where}:{port}/mcp (Ctrl-C stops)\n")
     async with _stop_on_signals(stop):
-        await uvicorn_server.serve()
+        await uvicorn_server.serve(sockets=sockets)

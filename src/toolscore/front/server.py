@@ -28,7 +28,7 @@ from toolscore.front.callers import Callers
 from toolscore.plan.tool import ORCHESTRATE, Orchestrator
 from toolscore.types import ProgressFn
 
-__all__ = ["FrontServer", "build_server"]
+__all__ = ["FrontServer", "build_server", "exposed_tools"]
 
 log = structlog.get_logger("toolscore.server")
 
@@ -86,6 +86,12 @@ def _confirmer(ctx: ServerRequestContext[Any]) -> ConfirmFn | None:
     return confirm
 
 
+def exposed_tools(hub: DownstreamHub, orchestrator: Orchestrator) -> list[mcp_types.Tool]:
+    """What `tools/list` answers: `orchestrate` (unless policy forbids it), then every routed tool."""
+    own = [orchestrator.tool()] if orchestrator.refusal is None else []
+    return [*own, *hub.registry.tools()]
+
+
 def build_server(
     hub: DownstreamHub, engine: ToolExecutionEngine, orchestrator: Orchestrator, callers: Callers
 ) -> FrontServer:
@@ -96,8 +102,7 @@ def build_server(
     async def list_tools(
         ctx: ServerRequestContext[Any], params: mcp_types.PaginatedRequestParams | None
     ) -> mcp_types.ListToolsResult:
-        own = [orchestrator.tool()] if orchestrator.refusal is None else []
-        return mcp_types.ListToolsResult(tools=[*own, *hub.registry.tools()])
+        return mcp_types.ListToolsResult(tools=exposed_tools(hub, orchestrator))
 
     async def call_tool(
         ctx: ServerRequestContext[Any], params: mcp_types.CallToolRequestParams

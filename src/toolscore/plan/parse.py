@@ -49,10 +49,13 @@ from toolscore.plan.lex import CDATA_CLOSE, CDATA_OPEN, Token, attributes, lex
 from toolscore.plan.nodes import ArgsSpec, Block, CallNode, Node, ParsedTurn
 from toolscore.plan.values import char_data, has_surrogate, loads, relaxed_json, surrogate_at
 
-__all__ = ["MAX_DEPTH", "MAX_PLAN_BYTES", "MAX_STEPS", "parse_turn"]
+__all__ = ["MAX_DEPTH", "MAX_DEPTH_CEILING", "MAX_PLAN_BYTES", "MAX_STEPS", "parse_turn"]
 
 MAX_PLAN_BYTES = 64 * 1024
 MAX_DEPTH = 8
+"""How deep blocks may nest by default (`plan.max_depth`)."""
+MAX_DEPTH_CEILING = 32
+"""The most `max_depth` may be: the parser recurses once per level."""
 MAX_STEPS = 1000
 """Calls read from one turn at most (the ceiling of `PlanSettings.max_steps`)."""
 _MAX_WARNINGS = 32
@@ -156,9 +159,10 @@ class _State:
 
 
 class _Parser:
-    def __init__(self, text: str, first_step: int, max_steps: int) -> None:
+    def __init__(self, text: str, first_step: int, max_steps: int, max_depth: int) -> None:
         self.s = _State(text, first_step)
         self.max_steps = max_steps
+        self.max_depth = max_depth
         self.tokens: list[Token] = lex(text)
         self.i = 0
         """The next token to read."""
@@ -292,8 +296,8 @@ class _Parser:
         token = self.tokens[index]
         kind = BlockKind(token.name)
         line = s.line(token.start)
-        if depth + 1 > MAX_DEPTH:
-            s.problem("too_deep", f"blocks nest deeper than {MAX_DEPTH} levels", token.start, tag=kind)
+        if depth + 1 > self.max_depth:
+            s.problem("too_deep", f"blocks nest deeper than {self.max_depth} levels", token.start, tag=kind)
             if token.kind == "open" and token.close is None:
                 self.seek(len(s.text))
             else:
@@ -528,7 +532,12 @@ class _Parser:
 
 
 def parse_turn(
-    text: str, *, first_step: int = 1, max_bytes: int = MAX_PLAN_BYTES, max_steps: int = MAX_STEPS
+    text: str,
+    *,
+    first_step: int = 1,
+    max_bytes: int = MAX_PLAN_BYTES,
+    max_steps: int = MAX_STEPS,
+    max_depth: int = MAX_DEPTH,
 ) -> ParsedTurn:
     """Parse one model turn, in time linear in its size.
 
@@ -537,6 +546,7 @@ def parse_turn(
         first_step: The number of the turn's first call (steps continue across an episode).
         max_bytes: The size cap.
         max_steps: The most calls the turn may have; reading stops at the first one more.
+        max_depth: How deep blocks may nest (`plan.max_depth`, at most `MAX_DEPTH_CEILING`).
 
     Raises:
         PlanSyntaxError: with every problem found; nothing of the plan may run.
@@ -548,7 +558,7 @@ def parse_turn(
         line = text.count("\n", 0, surrogate) + 1
         message = "the plan holds an unpaired surrogate code point, which is no character; send valid Unicode"
         raise PlanSyntaxError([PlanProblem("bad_character", message, line=line)])
-    parser = _Parser(text, first_step, max_steps)
+    parser = _Parser(text, first_step, max_steps, min(max_depth, MAX_DEPTH_CEILING))
     nodes = parser.items(None, 0)
     s = parser.s
     if s.problems:
@@ -560,9 +570,10 @@ def parse_turn(
     if s.dropped_warnings:
         warnings.append(f"{s.dropped_warnings} more warnings not shown")
     if nodes and not s.stopped:
-        warnings.append("the plan does not end with <execute_tools />; it was run anyway")
+        # Said the same for a run and a dry run: whether anything ran is the answer's to say.
+        warnings.append("the plan does not end with <execute_tools />; it was read to the end of the text")
     if nodes and answer is not None:
-        warnings.append("the turn has both plan items and an answer: the plan ran, the answer was dropped")
+        warnings.append("the turn has both plan items and an answer: the answer was dropped")
         answer = None
     return ParsedTurn(
         root=Block(BlockKind.SEQUENTIAL, tuple(nodes)),

@@ -10,7 +10,9 @@ and `$name` stay text in v1; `|filters` are v2 and refused). `resolve` substitut
 parsing, so nothing needs escaping: a string that is exactly one reference becomes the referenced
 value with its type; a reference inside longer text is interpolated (strings raw, anything else
 as compact JSON). A step's value is the record `{status, text, json, error, ms, attempts, server,
-tool}`; a path starts at `json` unless its first key names one of those fields.
+tool}`; a path starts at `json` unless its first key names one of those fields. Where a path leads
+nowhere, it looks once inside a JSON-string wrapper (a string holding JSON, or a one-field object
+whose field is one, as `{"result": "{...}"}`) before failing.
 
 Every string may be hostile: matching is linear (possessive quantifiers only), step numbers and
 indices have at most 15 digits and a path at most 64 segments, and `resolve` can bound what it
@@ -27,6 +29,7 @@ from typing import Any
 
 from toolscore._json import iter_strings, map_strings
 from toolscore.errors import RefError, RefSyntaxError
+from toolscore.plan.values import loads
 
 __all__ = [
     "STAR",
@@ -198,12 +201,41 @@ def contains_ref(value: Any) -> bool:
         return True
 
 
-def _walk(value: Any, path: tuple[PathSegment, ...], ref: Ref) -> Any:
+def _applies(value: Any, segment: PathSegment) -> bool:
+    """Whether one path segment leads somewhere in `value`."""
+    if segment is STAR:
+        return isinstance(value, list)
+    if isinstance(segment, int):
+        return isinstance(value, list) and -len(value) <= segment < len(value)
+    return isinstance(value, dict) and segment in value
+
+
+def _wrapped(value: Any) -> Any:
+    """The JSON array or object inside a JSON-string wrapper: `value` itself a string holding JSON,
+    or the only field of a one-field object (`{"result": "{...}"}`); None if it is neither."""
+    if isinstance(value, dict) and len(value) == 1:
+        (value,) = value.values()
+    if not isinstance(value, str):
+        return None
+    try:
+        inner = loads(value)  # bounded: the text is a tool's output
+    except ValueError:
+        return None
+    return inner if isinstance(inner, dict | list) else None
+
+
+def _walk(value: Any, path: tuple[PathSegment, ...], ref: Ref, *, see_through: bool = True) -> Any:
     for n, segment in enumerate(path):
+        # A tool that answers its JSON as a string (the sandbox's `{"result": "{...}"}`): when the
+        # path leads nowhere, look once inside the string before giving up.
+        if see_through and not _applies(value, segment):
+            inner = _wrapped(value)
+            if inner is not None and _applies(inner, segment):
+                value, see_through = inner, False
         if segment is STAR:
             if not isinstance(value, list):
                 raise RefError(f"{ref.raw}: [*] needs an array, found {type(value).__name__}")
-            return [_walk(item, path[n + 1 :], ref) for item in value]
+            return [_walk(item, path[n + 1 :], ref, see_through=see_through) for item in value]
         if isinstance(segment, int):
             if not isinstance(value, list) or not -len(value) <= segment < len(value):
                 raise RefError(f"{ref.raw}: no index [{segment}]")

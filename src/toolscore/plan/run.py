@@ -180,6 +180,7 @@ class PlanRunner:
             return await self._call(node, deadline)
         block = node.block
         spec = SPECS[block.kind]
+        timed_out = False
         if block.timeout is None:
             status = await spec.run(node, self._node, deadline)
         else:
@@ -187,12 +188,14 @@ class PlanRunner:
             with anyio.CancelScope(deadline=own) as scope:
                 status = await spec.run(node, self._node, min(deadline, own))
             if scope.cancelled_caught:
-                status = "timeout"
+                status, timed_out = "timeout", True
         value = self._block_value(node, status)
         if block.id:
             self._episode.block_values[block.id] = value
-        if (status != "ok" and spec.failure is not None) or status == "timeout":
-            self.blocks.append(BlockOutcome(block.kind, block.id, status, self._block_error(node, status)))
+        # Only the block's own timeout makes it "ran past its timeout": a step's own `timeout`
+        # is that step's `timeout` status, and the plan budget is reported for the whole plan.
+        if (status != "ok" and spec.failure is not None) or timed_out:
+            self.blocks.append(BlockOutcome(block.kind, block.id, status, self._block_error(node, status, timed_out)))
         return status
 
     # -- calls ------------------------------------------------------------------------------------
@@ -285,9 +288,9 @@ class PlanRunner:
     def _block_value(self, node: CheckedBlock, status: Status) -> dict[str, Any] | None:
         return SPECS[node.block.kind].value(self._child_values(node), status)
 
-    def _block_error(self, node: CheckedBlock, status: Status) -> str:
+    def _block_error(self, node: CheckedBlock, status: Status, timed_out: bool) -> str:
         kind = node.block.kind
-        if status == "timeout":
+        if timed_out:
             return f"<{kind}> ran past its timeout; unfinished steps were cancelled"
         failed = [
             f"step {c.step}: {self._episode.steps[c.step].status}"

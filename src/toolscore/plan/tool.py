@@ -264,12 +264,12 @@ class Orchestrator:
             PlanSyntaxError, PlanCheckError: every problem found.
         """
         turn = parse_turn(
-            plan, first_step=first_step, max_bytes=self._limits.max_bytes, max_steps=self._limits.max_steps
+            plan,
+            first_step=first_step,
+            max_bytes=self._limits.max_bytes,
+            max_steps=self._limits.max_steps,
+            max_depth=self._limits.max_depth,
         )
-        if turn.depth > self._limits.max_depth:
-            raise PlanSyntaxError(
-                [PlanProblem("too_deep", f"blocks nest {turn.depth} deep; the limit is {self._limits.max_depth}")]
-            )
         if not turn.calls:
             return turn, None
         checked = check_plan(
