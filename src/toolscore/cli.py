@@ -390,10 +390,11 @@ def _quiet_start_up() -> None:
 def _load(args: argparse.Namespace) -> Config | None:
     """The config, or None after saying on stderr why there is none."""
     path: Path | None = args.config
-    if path is None and not any(candidate.is_file() for candidate in config_candidates()):
+    candidates = config_candidates()
+    if path is None and not any(candidate.is_file() for candidate in candidates):
         if args.command == "audit" and args.file is not None:
             return Config()  # reading a given audit file needs no servers.json
-        looked = " and ".join(str(candidate) for candidate in config_candidates())
+        looked = " and ".join(str(candidate) for candidate in candidates)
         print(
             f"toolscore: config error: no servers.json found (looked at {looked}); pass --config PATH", file=sys.stderr
         )

@@ -197,7 +197,11 @@ class Downstream:
             return None
         if self.state is ServerState.STARTING:
             return "still starting"
-        return f"down: {self.error}" if self.error else "down"
+        reason = f"down: {self.error}" if self.error else "down"
+        if self.state is ServerState.DOWN:
+            wait = BACKOFF_MAX if self.retry_at is None else max(0.0, self.retry_at - anyio.current_time())
+            reason = f"{reason}; restarting, retry in {wait:.1f} s"
+        return reason
 
     # -- calls ----------------------------------------------------------------------------------
 

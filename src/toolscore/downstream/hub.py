@@ -23,7 +23,7 @@ from anyio.abc import TaskGroup
 from mcp.server import Server
 
 from toolscore.config import Config, ServerConfig
-from toolscore.downstream.connection import BACKOFF_MAX, Downstream, ServerState, ServerStatus
+from toolscore.downstream.connection import Downstream, ServerStatus
 from toolscore.downstream.registry import Registry, build_registry
 from toolscore.downstream.transports import MemoryTransport, Transport, transport_for
 from toolscore.errors import DownstreamUnavailable, UsageError
@@ -106,14 +106,7 @@ class DownstreamHub:
     def unavailable_reason(self, server: str) -> str | None:
         """Why `server` cannot take calls now, or None; a down server's says when it is retried."""
         downstream = self.downstreams.get(server)
-        if downstream is None:
-            return "not configured"
-        reason = downstream.unavailable_reason()
-        if reason is not None and downstream.state is ServerState.DOWN:
-            retry_at = downstream.retry_at
-            wait = BACKOFF_MAX if retry_at is None else max(0.0, retry_at - anyio.current_time())
-            reason = f"{reason}; restarting, retry in {wait:.1f} s"
-        return reason
+        return "not configured" if downstream is None else downstream.unavailable_reason()
 
     def add_reap_hook(self, hook: Callable[[], None]) -> None:
         """Run `hook` on the event loop every few seconds, before instances are reaped."""
