@@ -79,6 +79,28 @@ async def test_a_cap_runs_per_server_calls_queues_queue_more_and_refuses_the_res
     assert len(outcomes) == 5 and down.started == 4
 
 
+async def test_calls_arriving_together_are_not_counted_as_waiting_when_they_get_a_slot() -> None:
+    cfg = config({})
+    cap = ConcurrencyCap({"fx": (2, 1)})
+    down = Downstream()
+    refusals: list[str] = []
+
+    async def call() -> None:
+        try:
+            await cap(context(route(cfg, "fx__echo")), down)
+        except Rejected as exc:
+            refusals.append(str(exc))
+
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            for _ in range(3):  # in one tick: two take the slots, the third takes the one queue place
+                tg.start_soon(call)
+            await settle()
+            assert (down.running, refusals) == (2, [])
+            down.release.set()
+    assert down.started == 3
+
+
 async def test_a_cancelled_waiting_call_gives_its_place_in_the_queue_back() -> None:
     echo = route(config({}), "fx__echo")
     cap = ConcurrencyCap({"fx": (1, 1)})

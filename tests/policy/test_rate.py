@@ -107,6 +107,24 @@ async def test_every_matching_limit_must_have_a_token() -> None:
     assert outcomes[0] == "ok" and "1 calls/s" in outcomes[1]
 
 
+async def test_buckets_of_past_sessions_are_dropped_once_refilled_but_an_empty_one_still_holds() -> None:
+    clock = Clock()
+    hook = RateLimits([RateLimit(scope="session", rate=1, burst=1)], clock=clock)
+    echo = route(config({}), "fx__echo")
+    for n in range(5000):
+        await hook(context(echo, session=f"s{n}"))
+        clock.now += 0.001  # each session's bucket is full again 1 s after its call
+    await hook(context(echo, session="busy"))  # empty now, for one second
+    for n in range(3000):
+        await hook(context(echo, session=f"t{n}"))
+        clock.now += 0.0001
+    assert len(hook._buckets) <= 4096  # bounded, not one per session ever seen (8001)
+    with pytest.raises(Rejected):
+        await hook(context(echo, session="busy"))  # pruning never forgot a bucket that is still in use
+    clock.now += 1
+    assert await hook(context(echo, session="busy")) is None
+
+
 def test_no_limit_configured_means_no_hook() -> None:
     assert rate_limits(resolve_scopes(config({}))) is None
     assert isinstance(rate_limits(resolve_scopes(config({"rate_limits": [{"rate": 1}]}))), RateLimits)

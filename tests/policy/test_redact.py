@@ -79,6 +79,14 @@ def test_the_audit_sink_redacts_argument_values_and_errors_before_they_are_writt
     assert inner.records[2].arguments is None and inner.records[2].error is None
 
 
+def test_the_audit_sink_redacts_secrets_in_argument_names_and_violations() -> None:
+    inner = MemoryAuditSink()
+    sink = RedactingAuditSink(inner, Redactor())
+    sink.write(record(argument_names=(SECRET, "path"), violations=(f"paths: argument '{SECRET}' is outside",)))
+    assert inner.records[0].argument_names == (REDACTED, "path")
+    assert inner.records[0].violations == (f"paths: argument '{REDACTED}' is outside",)
+
+
 async def test_secrets_are_redacted_in_results_and_in_the_audit(tmp_path: Path) -> None:
     async with policy_client(tmp_path, {"results": {"redact": True}}) as (client, sink):
         result = await client.call_tool("fx__echo", {"text": f"the key is {SECRET}"})

@@ -87,6 +87,14 @@ async def test_refusal_names_the_size_and_the_limit() -> None:
     assert texts(await hook(context(route(cfg, "fx__echo")), result("abc"))) == ["abc"]
 
 
+async def test_a_result_with_a_lone_surrogate_is_measured_and_cut_not_a_crash() -> None:
+    cfg = config({"results": {"max_bytes": 4}})
+    hook = result_rules(resolve_scopes(cfg))
+    assert hook is not None
+    cut = texts(await hook(context(route(cfg, "fx__echo")), result("a\ud800bc")))
+    assert cut == ["a\n…[truncated by toolscore: 2 more bytes]"]
+
+
 def test_no_results_section_in_force_anywhere_means_no_hook() -> None:
     assert result_rules(resolve_scopes(config({}))) is None
     assert result_rules(resolve_scopes(config({}, fx={"constraints": {"results": {"redact": True}}}))) is not None

@@ -139,6 +139,15 @@ def test_the_size_limit_counts_utf8_bytes_of_compact_json() -> None:
     ]
 
 
+def test_a_lone_surrogate_is_measured_not_a_crash() -> None:
+    # Plan arguments come from stdlib JSON, which accepts "\ud800"; UTF-8 cannot encode it.
+    limits = {"arguments": {"max_bytes": 14}}
+    assert static_violations(limits, "fx__echo", {"text": "\ud800"}) == []  # {"text":"?"}: 3 bytes for it
+    assert static_violations(limits, "fx__echo", {"text": "\ud800\ud800"}) == [
+        "arguments: the arguments are 17 bytes; the limit is 14"
+    ]
+
+
 def test_denied_patterns_see_nested_values_and_object_keys() -> None:
     rules = {"arguments": {"deny_patterns": [r"rm\s+-rf", "DROP TABLE"]}}
     assert static_violations(rules, "fx__read", {"spec": {"rm -rf /": "x"}}) == [

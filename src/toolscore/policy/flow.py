@@ -44,11 +44,14 @@ class ConcurrencyCap:
                 f"server '{server}' is at its concurrency limit ({cap} running, {queue} waiting); try again shortly",
                 hook="concurrency",
             )
-        self._waiting[server] += 1
         try:
-            await limiter.acquire()
-        finally:
-            self._waiting[server] -= 1
+            limiter.acquire_nowait()  # a free slot: this call never counts as waiting
+        except anyio.WouldBlock:
+            self._waiting[server] += 1
+            try:
+                await limiter.acquire()
+            finally:
+                self._waiting[server] -= 1
         try:
             return await call_next(ctx)
         finally:

@@ -21,6 +21,7 @@ a few argument names holding strings: it walks the whole arguments value once.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from collections.abc import Callable, Iterable
@@ -55,6 +56,12 @@ class PathViolation:
 
 def names_path(key: str, extra: Iterable[str] = ()) -> bool:
     """Whether argument `key` holds paths: by its last word, or by one of the `extra` globs."""
+    return _names_path(key, tuple(extra))
+
+
+# Argument names repeat on every call; hostile ones only churn a bounded cache.
+@functools.lru_cache(maxsize=4096)
+def _names_path(key: str, extra: tuple[str, ...]) -> bool:
     words = _WORD.findall(key)
     if words and words[-1].lower() in PATH_WORDS:
         return True

@@ -16,6 +16,8 @@ from toolscore.policy.scope import PerServer, Scope
 
 __all__ = ["RateLimits", "TokenBucket", "rate_limits"]
 
+_PRUNE_FLOOR = 1024
+
 
 @dataclass(slots=True)
 class TokenBucket:
@@ -41,6 +43,10 @@ class TokenBucket:
         self.tokens -= 1
         return None
 
+    def refilled(self, now: float) -> bool:
+        """Whether the bucket is full again by `now`, so a fresh one would behave the same."""
+        return self.tokens + (now - self.at) * self.rate >= self.burst
+
 
 class RateLimits:
     """Pre-execution: every limit matching the tool takes a token from the call's bucket, or refuses it."""
@@ -55,6 +61,7 @@ class RateLimits:
         self._limits = tuple(limits)
         self._clock = clock
         self._buckets: dict[tuple[int, str], TokenBucket] = {}  # (limit, tool/server/session) -> its bucket
+        self._prune_at = _PRUNE_FLOOR
 
     async def __call__(self, ctx: ExecutionContext) -> mcp_types.CallToolResult | None:
         now = self._clock()
@@ -64,6 +71,7 @@ class RateLimits:
             key = {"tool": ctx.tool, "server": ctx.server or "", "session": ctx.session_id or ""}[limit.scope]
             bucket = self._buckets.get((n, key))
             if bucket is None:
+                self._prune(now)
                 bucket = self._buckets[(n, key)] = TokenBucket.full(limit.rate, limit.burst, now)
             wait = bucket.take(now)
             if wait is not None:
@@ -73,6 +81,14 @@ class RateLimits:
                     hook="rate_limits",
                 )
         return None
+
+    def _prune(self, now: float) -> None:
+        # Session ids come and go: without this, every session ever seen would keep a bucket.
+        # A refilled bucket is the same as none; the threshold doubles so pruning stays amortised O(1).
+        if len(self._buckets) < self._prune_at:
+            return
+        self._buckets = {key: b for key, b in self._buckets.items() if not b.refilled(now)}
+        self._prune_at = max(_PRUNE_FLOOR, 2 * len(self._buckets))
 
 
 def rate_limits(scopes: PerServer[Scope]) -> RateLimits | None:

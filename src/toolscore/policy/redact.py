@@ -83,7 +83,7 @@ class Redactor:
 
 
 class RedactingAuditSink:
-    """Redacts argument values and error texts before they reach the audit file."""
+    """Redacts argument names and values, violations and error texts before they reach the audit file."""
 
     def __init__(self, inner: AuditSink, redactor: Redactor) -> None:
         self._inner = inner
@@ -99,6 +99,12 @@ class RedactingAuditSink:
             update["arguments"] = arguments
         if record.error is not None and (error := self._redactor.text(record.error)) != record.error:
             update["error"] = error
+        # A name can be the secret (`{"sk-…": true}`), and a violation quotes what it refused.
+        for name in ("argument_names", "violations"):
+            texts: tuple[str, ...] = getattr(record, name)
+            clean = tuple(self._redactor.text(t) for t in texts)
+            if clean != texts:
+                update[name] = clean
         self._inner.write(record.model_copy(update=update) if update else record)  # most records hold no secret
 
     def close(self) -> None:

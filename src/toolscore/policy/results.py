@@ -42,7 +42,11 @@ class ResultChecks:
             result = redacted(result, compiled.redactor)
         rules = compiled.rules
         if rules.max_bytes is not None:
-            size = sum(len(b.text.encode()) for b in result.content if isinstance(b, mcp_types.TextContent))
+            size = sum(
+                len(b.text.encode("utf-8", "surrogatepass"))
+                for b in result.content
+                if isinstance(b, mcp_types.TextContent)
+            )
             if size > rules.max_bytes:
                 if rules.on_exceed == "reject":
                     raise Rejected(f"the result is {size} bytes; the limit is {rules.max_bytes}", hook="results")
@@ -76,7 +80,7 @@ def truncated(result: mcp_types.CallToolResult, limit: int) -> mcp_types.CallToo
     room = limit
     for block in result.content:
         if isinstance(block, mcp_types.TextContent):
-            data = block.text.encode()
+            data = block.text.encode("utf-8", "surrogatepass")
             if len(data) > room:
                 kept = data[:room].decode(errors="ignore")
                 block = block.model_copy(update={"text": kept + TRUNCATION_MARKER.format(n=len(data) - room)})

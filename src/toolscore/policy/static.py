@@ -11,7 +11,7 @@ import json
 import os
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import mcp_types
@@ -44,6 +44,8 @@ class CompiledRules:
     deny_patterns: tuple[re.Pattern[str], ...]
     paths: PathRules | None
     roots: tuple[str, ...]
+    # Per tool, the argument-name globs that hold paths: filled on the tool's first call.
+    path_globs: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 def compile_rules(scope: Scope) -> CompiledRules:
@@ -75,11 +77,16 @@ def _tool_allowed(route: Route, rules: CompiledRules) -> bool:
     return rules.tools_server is None or _allowed((route.remote_name, route.local_name), rules.tools_server)
 
 
-def _path_key_test(route: Route, paths: PathRules) -> Callable[[str], bool]:
-    extra = list(paths.arguments)
-    for pattern, names in paths.tools.items():
-        if matches(route.public_name, pattern) or matches(route.canonical, pattern):
-            extra.extend(names)
+def _path_key_test(route: Route, rules: CompiledRules) -> Callable[[str], bool]:
+    paths = rules.paths
+    assert paths is not None
+    extra = rules.path_globs.get(route.public_name)
+    if extra is None:
+        names = list(paths.arguments)
+        for pattern, keys in paths.tools.items():
+            if matches(route.public_name, pattern) or matches(route.canonical, pattern):
+                names.extend(keys)
+        extra = rules.path_globs[route.public_name] = tuple(names)
     schema_keys = route.path_keys
     return lambda key: key in schema_keys or names_path(key, extra)
 
@@ -103,7 +110,7 @@ def violations(
             found.append(("destructive", f"'{route.public_name}' needs the user's confirmation: call it directly"))
     limits = rules.arguments
     if limits.max_bytes is not None and not plan:
-        size = len(json.dumps(arguments, separators=(",", ":"), ensure_ascii=False).encode())
+        size = len(json.dumps(arguments, separators=(",", ":"), ensure_ascii=False).encode("utf-8", "surrogatepass"))
         if size > limits.max_bytes:
             found.append(("arguments", f"the arguments are {size} bytes; the limit is {limits.max_bytes}"))
     if rules.deny_patterns:
@@ -118,7 +125,7 @@ def violations(
     pinned: Any = arguments
     if rules.paths is not None:
         confinement = Confinement(rules.roots, skip=contains_ref if plan else None)
-        pinned, confined = confinement.apply(arguments, _path_key_test(route, rules.paths))
+        pinned, confined = confinement.apply(arguments, _path_key_test(route, rules))
         found.extend(("paths", f"argument '{v.where}' {v.reason}") for v in confined)
     return found, pinned
 
