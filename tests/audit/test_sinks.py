@@ -72,3 +72,27 @@ def test_a_full_disk_loses_records_counts_them_and_never_raises(tmp_path: Path) 
     assert sink.lost == 2
     errors = [entry for entry in logs if entry["log_level"] == "error"]
     assert len(errors) == 1 and "No space left on device" in errors[0]["error"]  # once per burst
+
+
+def test_a_rotation_that_fails_keeps_appending_to_the_current_file(tmp_path: Path) -> None:
+    path = tmp_path / "audit.jsonl"
+    blocker = tmp_path / "audit.jsonl.1"  # a non-empty directory: renaming the file onto it fails
+    blocker.mkdir()
+    (blocker / "keep").write_text("x")
+    sink = JsonlAuditSink(path, max_bytes=300, backups=1)
+    with structlog.testing.capture_logs() as logs:
+        for n in range(6):
+            sink.write(record(n))
+    sink.close()
+    assert sink.lost == 0
+    assert [json.loads(line)["call_id"] for line in path.read_text().splitlines()] == [str(n) for n in range(6)]
+    assert any("rotation failed" in entry["event"] for entry in logs)
+
+
+def test_a_record_holding_a_lone_surrogate_is_written_with_it_replaced(tmp_path: Path) -> None:
+    path = tmp_path / "audit.jsonl"
+    sink = JsonlAuditSink(path)
+    sink.write(record(1).model_copy(update={"arguments": {"text": "a\ud800b"}}))
+    sink.close()
+    assert sink.lost == 0
+    assert json.loads(path.read_text())["arguments"] == {"text": "a\ufffdb"}

@@ -18,6 +18,9 @@ from typing import Any, Protocol
 
 import structlog
 from pydantic import BaseModel, ConfigDict
+from pydantic_core import PydanticSerializationError
+
+from toolscore._json import scrub_unpaired_surrogates
 
 __all__ = [
     "AuditRecord",
@@ -134,10 +137,14 @@ class JsonlAuditSink:
         """
         if self._fd is None:
             return
-        line = (record.model_dump_json(exclude_none=True) + "\n").encode()
         try:
-            if self._max_bytes is not None and self._size and self._size + len(line) > self._max_bytes:
-                self._rotate()
+            text = record.model_dump_json(exclude_none=True)
+        except PydanticSerializationError:  # a lone surrogate (plan JSON allows "\ud800"): keep the rest
+            text = scrub_unpaired_surrogates(record).model_dump_json(exclude_none=True)
+        line = (text + "\n").encode()
+        if self._max_bytes is not None and self._size and self._size + len(line) > self._max_bytes:
+            self._rotate()
+        try:
             written = os.write(self._fd, line)
             self._size += written
             if written != len(line):
@@ -155,18 +162,28 @@ class JsonlAuditSink:
             log.warning("audit file writable again", path=str(self.path), lost=self.lost)
 
     def _rotate(self) -> None:
+        """Shift the backups and start a new file; if that fails, keep appending to the current one.
+
+        The open descriptor follows its file through the renames and is swapped only once the new
+        file is open, so a failure can never leave writes going to a closed (or reused) descriptor.
+        """
         assert self._fd is not None
-        os.close(self._fd)
-        for n in range(self._backups - 1, 0, -1):
-            older = self.path.with_name(f"{self.path.name}.{n}")
-            if older.exists():
-                older.replace(self.path.with_name(f"{self.path.name}.{n + 1}"))
-        if self._backups > 0:
-            self.path.replace(self.path.with_name(f"{self.path.name}.1"))
-        else:
-            self.path.unlink()
-        self._fd = self._open()
-        self._size = 0
+        try:
+            for n in range(self._backups - 1, 0, -1):
+                older = self.path.with_name(f"{self.path.name}.{n}")
+                if older.exists():
+                    older.replace(self.path.with_name(f"{self.path.name}.{n + 1}"))
+            if self._backups > 0:
+                self.path.replace(self.path.with_name(f"{self.path.name}.1"))
+            else:
+                self.path.unlink()
+            fd = self._open()
+        except OSError as exc:
+            log.error("audit rotation failed; appending to the current file", path=str(self.path), error=str(exc))
+            self._size = 0  # try again after another max_bytes, not on every record
+            return
+        old, self._fd, self._size = self._fd, fd, 0
+        os.close(old)
 
     def close(self) -> None:
         """Close the file; later writes are dropped."""
