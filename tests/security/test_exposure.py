@@ -152,39 +152,31 @@ def test_defaults_name_the_bind_address_and_loopback_and_no_repr_holds_the_token
 # --- refusing to start ---------------------------------------------------------------------------
 
 
+def refused_start(command: list[str]) -> str:
+    """Run `toolscore serve` that must refuse to start: exit 2 and one line on stderr, which is returned."""
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=30, env=clean_env(), check=False)
+    assert proc.returncode == 2
+    assert len(proc.stderr.splitlines()) == 1, proc.stderr
+    return proc.stderr
+
+
 @pytest.mark.parametrize("host", ["0.0.0.0", "::"])
 def test_a_non_loopback_bind_without_a_token_exits_2_with_one_line(tmp_path: Path, host: str) -> None:
-    proc = subprocess.run(
-        [*serve(tmp_path, "--host", host), "--port", str(free_port())],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        env=clean_env(),
-        check=False,
-    )
-    assert proc.returncode == 2
-    assert len(proc.stderr.splitlines()) == 1
-    assert "not a loopback address" in proc.stderr
-    assert "TOOLSCORE_TOKEN" in proc.stderr
-    assert "--token-file" in proc.stderr
+    stderr = refused_start([*serve(tmp_path, "--host", host), "--port", str(free_port())])
+    assert "not a loopback address" in stderr
+    assert "TOOLSCORE_TOKEN" in stderr
+    assert "--token-file" in stderr
 
 
 def test_a_token_file_others_can_read_is_refused(tmp_path: Path) -> None:
     token_file = tmp_path / "token"
     token_file.write_text(secrets.token_urlsafe(32))
     token_file.chmod(0o644)
-    proc = subprocess.run(
-        [*serve(tmp_path, "--host", "0.0.0.0", "--token-file", str(token_file)), "--port", str(free_port())],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        env=clean_env(),
-        check=False,
+    stderr = refused_start(
+        [*serve(tmp_path, "--host", "0.0.0.0", "--token-file", str(token_file)), "--port", str(free_port())]
     )
-    assert proc.returncode == 2
-    assert len(proc.stderr.splitlines()) == 1
-    assert "chmod 600" in proc.stderr
-    assert token_file.read_text() not in proc.stderr
+    assert "chmod 600" in stderr
+    assert token_file.read_text() not in stderr
 
 
 # --- a token on a loopback bind, with extra hosts and origins --------------------------------------
