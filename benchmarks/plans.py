@@ -1,14 +1,17 @@
 """The plan scheduler against fixture servers, with direct-client floors measured in the same run.
 
-    .venv/bin/python benchmarks/plans.py [--repeat 3]
+    .venv/bin/python benchmarks/plans.py [--repeat 3] [--parse-only]
 
 Plans go straight to the gateway's `orchestrate` (no front client), so the figures are the
 scheduler plus the engine plus the stdio downstream hop. Each figure is the median of --repeat runs.
+First, parse + check alone (no I/O) for plans of 50, 500 and 2,000 steps: the cost per step
+stays flat when both are linear.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import statistics
 import sys
@@ -19,10 +22,15 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import mcp_types
 from mcp import Client, StdioServerParameters
 
 from toolscore import MemoryAuditSink, open_gateway, parse_config
 from toolscore._logging import configure_logging
+from toolscore.config import PlanSettings
+from toolscore.downstream.registry import build_registry
+from toolscore.plan.check import check_plan, shorthand_table
+from toolscore.plan.parse import parse_turn
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURE = ROOT / "tests" / "fixtures" / "fixture_server.py"
@@ -41,11 +49,77 @@ def sleeps(n: int, seconds: float) -> str:
     return "".join(f'<fx><sleep>{{"seconds": {seconds}}}</sleep></fx>' for _ in range(n))
 
 
+def model_plan(steps: int) -> str:
+    """A plan in the style models write, 4 steps per unit: a <parallel> of a JSON call and a text
+    shorthand, a call referencing both, and a CDATA shorthand holding markup and a reference."""
+    units = []
+    for i in range(steps // 4):
+        units.append(
+            f"<think>unit {i}: add and say at once, then combine</think>\n"
+            f'<parallel id="p{i}">\n  <fx><add id="a{i}">{{"a": {i}, "b": 2}}</add></fx>\n'
+            f'  <say id="s{i}">x &lt; y &amp;&amp; z</say>\n</parallel>\n'
+            f'<fx><echo id="e{i}">{{"text": "sum ${{a{i}.sum}}, said ${{s{i}.text}}"}}</echo></fx>\n'
+            f'<say><![CDATA[print("<b>${{e{i}.text}}</b>") if a < b else None]]></say>\n'
+        )
+    units.extend(f"<say>one more ({n})</say>\n" for n in range(steps % 4))
+    return "".join(units) + "<execute_tools />"
+
+
+def parse_and_check(repeat: int) -> None:
+    """Parse + check time for plans of 50, 500 and 2,000 steps, per step and against 50 steps."""
+
+    def tool(name: str, props: dict[str, Any], required: list[str]) -> mcp_types.Tool:
+        return mcp_types.Tool(name=name, input_schema={"type": "object", "properties": props, "required": required})
+
+    integer, string = {"type": "integer"}, {"type": "string"}
+    tools = [tool("add", {"a": integer, "b": integer}, ["a", "b"]), tool("echo", {"text": string}, ["text"])]
+    config = parse_config(
+        {"mcpServers": {"fx": {"command": "x", "shorthand": {"tag": "say", "tool": "echo", "primary": "text"}}}}
+    )
+    registry = build_registry({"fx": tools}, config)
+    shorthands = shorthand_table([(s.name, s.shorthands) for s in config.enabled_servers])
+    limits = PlanSettings().model_copy(update={"max_steps": 2000, "max_bytes": 1024 * 1024})
+    print(
+        f"{'parse + check (CPU, best of runs)':44} {'bytes':>8} {'parse':>9} {'check':>9} {'per step':>9} {'x 50':>6}"
+    )
+    base = None
+    for steps in (50, 500, 2000):
+        text = model_plan(steps)
+        parse_s, check_s = [], []
+        # CPU time, the best of several runs with the collector paused (as timeit does): on a shared
+        # machine, wall time and the median measure the neighbours.
+        gc.disable()
+        try:
+            for _ in range(max(repeat, 7)):
+                t0 = time.process_time()
+                turn = parse_turn(text, max_bytes=1024 * 1024, max_steps=2000)
+                t1 = time.process_time()
+                plan = check_plan(turn, registry, shorthands=shorthands, limits=limits)
+                t2 = time.process_time()
+                parse_s.append(t1 - t0)
+                check_s.append(t2 - t1)
+        finally:
+            gc.enable()
+        assert len(plan.calls) == steps
+        parse_m, check_m = min(parse_s), min(check_s)
+        per_step = (parse_m + check_m) / steps
+        base = base or per_step
+        print(
+            f"{'  ' + str(steps) + ' steps':44} {len(text.encode()):8} {parse_m * 1000:7.2f}ms {check_m * 1000:7.2f}ms"
+            f" {per_step * 1e6:7.1f}us {per_step / base:6.2f}"
+        )
+    print()
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--parse-only", action="store_true", help="only the parse + check figures")
     args = parser.parse_args()
     configure_logging("error")
+    parse_and_check(args.repeat)
+    if args.parse_only:
+        return
     tmp = Path(tempfile.mkdtemp(prefix="toolscore-bench-"))
     params = StdioServerParameters(command=sys.executable, args=[str(FIXTURE)], env={"FIXTURE_STATE_DIR": str(tmp)})
     cfg = parse_config(

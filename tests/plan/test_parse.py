@@ -229,7 +229,7 @@ def test_attribute_problems_say_what_to_write() -> None:
         ('<search colour="red">x</search>', "unknown_attribute"),
         ("<search><find_files>{nope</find_files></search>", "invalid_json"),
         ('<arg name="x">1</arg>', "misplaced_arg"),
-        ('<call tool="fetch">{}</call>', "bad_call"),
+        ('<call server="fetch">{}</call>', "bad_call"),
         ("<sequential>" * 9 + "<search>x</search>" + "</sequential>" * 9, "too_deep"),
         ("<search><parallel><x/></parallel></search>", "bad_tool_tag"),
         ("<search><find_files>{}</find_files> <1></search>", "bad_tool_tag"),

@@ -129,11 +129,13 @@ def test_a_path_sees_through_one_json_string_wrapper() -> None:
     ("template", "reason"),
     [
         ("${gone}", "${gone}: no finished step 'gone'"),
-        ("${r[5]}", "${r[5]}: no index [5]"),
-        ("${r[-4]}", "${r[-4]}: no index [-4]"),
-        ("${r.key}", "${r.key}: no key 'key'"),
-        ("${r[0].x[*]}", "${r[0].x[*]}: [*] needs an array, found int"),
-        ("${r[*].x}", "${r[*].x}: no key 'x'"),
+        ("${r[5]}", "${r[5]}: no index [5]: found an array of 3 items"),
+        ("${r[-4]}", "${r[-4]}: no index [-4]: found an array of 3 items"),
+        ("${r.key}", "${r.key}: no key 'key': found an array of 3 items"),
+        ("${r[0].x[*]}", "${r[0].x[*]}: at [0].x: [*] needs an array, found an integer (1)"),
+        ("${r[*].x}", "${r[*].x}: at [*]: no key 'x': found an integer (2)"),
+        ("${r[0].y}", "${r[0].y}: at [0]: no key 'y': found an object with keys x"),
+        ("${r[0].X}", "${r[0].X}: at [0]: no key 'X' (did you mean 'x'?): found an object with keys x"),
     ],
 )
 def test_a_reference_that_does_not_resolve_says_why(template: str, reason: str) -> None:

@@ -1,9 +1,13 @@
 """Static checks of a parsed plan against the live tools, before anything runs; pure.
 
-Every problem is collected (not just the first), each naming the step, tag or id and what to
-change. A plan that passes is a tree of `CheckedCall`s: routed, arguments bound to the tool's
-parameters, literal arguments valid against its inputSchema, references pointing only at steps
-that are guaranteed to have finished when the call starts.
+Every problem is collected (not just the first, and with the parser's when it collected them),
+each naming the step, tag or id and what to change: the nearest name for a misspelt one, the
+server that has a bare tool, the edge of a cycle to remove. Slips that have one clear meaning are
+read so, with a warning: a tool by its exposed name (`fx__echo`), child elements that are the
+tool's parameters, `{{x}}` and `$x.path` for `${x}`. A plan that passes is a tree of
+`CheckedCall`s: routed, arguments bound to the tool's parameters, literal arguments valid against
+its inputSchema, references pointing only at steps that are guaranteed to have finished when the
+call starts.
 
 Visibility rule (v1): a call may reference any step of an earlier turn of its episode, and any
 node of this turn that completes before it starts, i.e. an earlier item of an enclosing block whose
@@ -20,6 +24,7 @@ call's (a block around the call, or the call itself) finishes later: a forward r
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -29,7 +34,8 @@ from toolscore.downstream.registry import Registry, Route
 from toolscore.errors import PlanCheckError, PlanProblem, RefSyntaxError
 from toolscore.plan.blocks import SPECS, BlockKind, either
 from toolscore.plan.nodes import Block, CallNode, CheckedBlock, CheckedCall, CheckedNode, CheckedPlan, ParsedTurn
-from toolscore.plan.refs import Ref, contains_ref, find_refs, repair_mustache
+from toolscore.plan.refs import Ref, contains_ref, find_refs, nearest, repair_bare, repair_mustache, step_like
+from toolscore.plan.values import loads
 
 __all__ = ["check_plan", "shorthand_table"]
 
@@ -53,6 +59,19 @@ _Path = tuple[tuple[BlockKind, int], ...]
 
 _BESIDE = "a " + either(f"<{kind}>" for kind, spec in SPECS.items() if spec.children != "ordered")
 """Where siblings may not reference each other: `a <parallel>, <race> or <fallback>`."""
+
+
+_MAX_HINTS = 16
+"""How many problems of one plan get a "did you mean" (each costs a bounded difflib search)."""
+_MAX_CYCLE = 64
+"""Cycles longer than this (steps) are reported as plain forward references: bounded work."""
+
+
+def _calls_in(block: Block) -> list[CallNode]:
+    found: list[CallNode] = []
+    for child in block.children:
+        found.extend([child] if isinstance(child, CallNode) else _calls_in(child))
+    return found
 
 
 def _parting(a: _Path, b: _Path) -> int:
@@ -84,6 +103,12 @@ class _Checker:
         self.paths: dict[int | str, _Path] = {}  # this turn's targets -> where they are
         self.calls: list[CheckedCall] = []
         self.warnings: list[str] = []
+        self.refs_of: dict[int, tuple[Ref, ...]] = {}
+        """Each call's references, to name the edge of a cycle."""
+        self.hints = _MAX_HINTS
+        """Suggestions of a near name left to make (`nearest`)."""
+        self.forwards: list[tuple[CallNode, Ref]] = []
+        """Forward references, reported after pass 2 (a cycle's other edge is not known before)."""
 
     def problem(self, code: str, message: str, node: CallNode | Block | None = None, **where: Any) -> None:
         if isinstance(node, CallNode):
@@ -100,7 +125,9 @@ class _Checker:
         ident = node.id
         if ident is not None:
             if ident in self.ids or ident in self.earlier_ids:
-                self.problem("duplicate_id", f"id '{ident}' is used twice; ids are unique per episode", node)
+                self.problem(
+                    "duplicate_id", f"id '{ident}' is used twice; ids are unique per episode: rename one", node
+                )
             else:
                 self.ids[ident] = node.step if isinstance(node, CallNode) else node
                 self.paths[ident] = path
@@ -125,18 +152,71 @@ class _Checker:
         children = [checked for child in node.children if (checked := self.node(child)) is not None]
         return CheckedBlock(node, tuple(children))
 
+    def nearest(self, word: str, candidates: list[str]) -> str | None:
+        """`refs.nearest`, for the first `_MAX_HINTS` problems: a plan of many misspelt names
+        costs no more than a few."""
+        if self.hints == 0:
+            return None
+        self.hints -= 1
+        return nearest(word, candidates)
+
+    def named(self, name: str) -> Route | None:
+        """A tool named whole: as clients see it (`fx__echo`), or `server.tool`."""
+        route = self.registry.get(name)
+        if route is None and "." in name:
+            server, _, tool = name.partition(".")
+            route = self.registry.find(server, tool)
+        return route
+
+    def servers_of(self, tool: str) -> list[str]:
+        """The servers that have a tool of this (downstream) name."""
+        return [server for server in self.registry.servers if self.registry.find(server, tool) is not None]
+
+    def public(self, node: CallNode, name: str) -> Route | None:
+        """A call naming its tool whole (`<call tool="fx__echo">`, `<tool_call>`), read with a warning."""
+        route = self.named(name)
+        if route is not None:
+            self.warnings.append(
+                f'step {node.step}: {name!r} read as server "{route.server}", tool "{route.remote_name}"; '
+                f'write <call server="{route.server}" tool="{route.remote_name}">'
+            )
+            return route
+        owners = self.servers_of(name)
+        if owners:
+            fix = " or ".join(f'<call server="{o}" tool="{name}">' for o in owners)
+            self.problem("unknown_tool", f"tool '{name}' needs its server: write {fix}", node)
+        else:
+            near = self.nearest(name, list(self.registry.routes))
+            hint = f" (did you mean '{near}'?)" if near else ""
+            self.problem("unknown_tool", f'no tool \'{name}\'{hint}; name it <call server="S" tool="T">', node)
+        return None
+
     def route(self, node: CallNode) -> tuple[Route | None, Shorthand | None]:
         servers = ", ".join(self.registry.servers) or "none"
+        if node.public is not None:
+            return self.public(node, node.public), None
         if node.shorthand is not None:
             binding = self.shorthands.get(node.shorthand)
             if binding is None:
+                name = node.shorthand
+                if (route := self.named(name)) is not None:
+                    self.warnings.append(
+                        f"step {node.step}: <{name}> read as <{route.server}><{route.remote_name}>; "
+                        f"write <{route.server}><{route.remote_name}>{{...}}</{route.remote_name}></{route.server}>"
+                    )
+                    return route, None
                 tags = ", ".join(f"<{t}>" for t in sorted(self.shorthands)) or "none configured"
-                if node.shorthand in self.registry.servers:
-                    name = node.shorthand
+                if name in self.registry.servers:
                     hint = f"server '{name}' has no shorthand configured; write <{name}><tool>{{...}}</tool></{name}>"
+                elif owners := self.servers_of(name):
+                    hint = "a tool needs its server: write " + " or ".join(
+                        f"<{o}><{name}>...</{name}></{o}>" for o in owners
+                    )
                 else:
-                    hint = f"unknown tag; servers: {servers}; shorthand tags: {tags}"
-                self.problem("unknown_tag", f"<{node.shorthand}>: {hint}", node)
+                    near = self.nearest(name, [*self.shorthands, *self.registry.servers])
+                    hint = f"unknown tag{f' (did you mean <{near}>?)' if near else ''}; servers: {servers}; "
+                    hint += f"shorthand tags: {tags}"
+                self.problem("unknown_tag", f"<{name}>: {hint}", node)
                 return None, None
             server, shorthand = binding
             route = self.registry.find(server, shorthand.tool)
@@ -147,24 +227,50 @@ class _Checker:
                     node,
                 )
             return route, shorthand
-        assert node.server is not None and node.tool is not None
+        if node.server is None or node.tool is None:
+            return None, None  # a <call> without its route: the parser said so (`bad_call`)
         route = self.registry.find(node.server, node.tool)
+        if route is None and (named := self.named(node.tool)) is not None and named.server == node.server:
+            return self.public(node, node.tool), None  # `tool="fx__echo"` inside server `fx`
         if route is None:
             if node.server not in self.registry.servers:
-                self.problem("unknown_server", f"no server '{node.server}' is connected; servers: {servers}", node)
+                if owners := self.servers_of(node.server):
+                    # `<echo><text>hi</text></echo>`: a bare tool read as a server block.
+                    fix = " or ".join(f"<{o}><{node.server}>{{...}}</{node.server}></{o}>" for o in owners)
+                    message = f"'{node.server}' is a tool, not a server: write {fix}"
+                elif (binding := self.shorthands.get(node.server)) is not None:
+                    server, shorthand = binding
+                    message = (
+                        f"<{node.server}> is a shorthand for {server}.{shorthand.tool}, which takes text for "
+                        f"'{shorthand.primary}': write <{node.server}>text</{node.server}>, or "
+                        f"<{server}><{shorthand.tool}>{{...}}</{shorthand.tool}></{server}>"
+                    )
+                else:
+                    near = self.nearest(node.server, list(self.registry.servers))
+                    hint = f" (did you mean '{near}'?)" if near else ""
+                    message = f"no server '{node.server}' is connected{hint}; servers: {servers}"
+                self.problem("unknown_server", message, node)
             else:
-                tools = ", ".join(sorted(t for s, t in self.registry.by_remote if s == node.server))
+                names = sorted(t for s, t in self.registry.by_remote if s == node.server)
+                near = self.nearest(node.tool, names)
+                hint = f" (did you mean '{near}'?)" if near else ""
                 self.problem(
-                    "unknown_tool", f"server '{node.server}' has no tool '{node.tool}'; its tools: {tools}", node
+                    "unknown_tool",
+                    f"server '{node.server}' has no tool '{node.tool}'{hint}; its tools: {', '.join(names)}",
+                    node,
                 )
         return route, None
 
     def bind(self, node: CallNode, route: Route, shorthand: Shorthand | None) -> dict[str, Any] | None:
         spec = node.args
+        if spec.kind == "invalid":
+            return None  # already reported
         if spec.kind == "empty":
             return {}
         if spec.kind in ("json", "args"):
             return dict(spec.value)
+        if spec.kind == "elements":
+            return self.elements(node, route, spec.value, spec.raw)
         primary = shorthand.primary if shorthand is not None else _only_required_string(route)
         if primary is None:
             why = (
@@ -178,6 +284,31 @@ class _Checker:
         _set_path(arguments, primary, spec.value)
         return arguments
 
+    def elements(self, node: CallNode, route: Route, values: dict[str, str], raw: str) -> dict[str, Any] | None:
+        """`<echo><text>hi</text></echo>`: child elements read as arguments when each is a parameter."""
+        props = route.tool.input_schema.get("properties") or {}
+        unknown = [name for name in values if name not in props]
+        if unknown:
+            shown = raw if len(raw) <= 60 else raw[:57] + "..."
+            example = ", ".join(f'"{name}": ...' for name in list(props)[:3])
+            self.problem(
+                "bad_arg",
+                f"step {node.step} <{node.tag}>: its content {shown!r} is markup, and "
+                f"{', '.join(f'<{n}>' for n in unknown)} is no parameter of '{route.public_name}'; "
+                f"write a JSON object ({{{example}}}), or wrap markup meant as text in <![CDATA[...]]>",
+                node,
+            )
+            return None
+        arguments: dict[str, Any] = {}
+        for name, text in values.items():
+            arguments[name] = text
+            if (props.get(name) or {}).get("type", "string") != "string":
+                with contextlib.suppress(ValueError):  # else left as text: the schema check says what is wrong
+                    arguments[name] = loads(text)
+        listed = ", ".join(f"<{n}>" for n in values)
+        self.warnings.append(f"step {node.step}: child elements {listed} read as arguments; write a JSON object")
+        return arguments
+
     def call(self, node: CallNode) -> CheckedCall | None:
         route, shorthand = self.route(node)
         if route is None:
@@ -188,11 +319,25 @@ class _Checker:
         arguments, repaired = repair_mustache(arguments, self.known)
         for raw in repaired:
             self.warnings.append(f"step {node.step}: read {raw} as ${{...}}; write references as ${{id}}")
+        arguments, rewritten, suspects = repair_bare(arguments, self.known)
+        for old, new in rewritten:
+            self.warnings.append(f"step {node.step}: read {old} as {new}; write references as {new}")
+        for raw, number in suspects:
+            meant = f"write ${{{number}}} for step {number}'s result" if self.known(number) else f"no step {number}"
+            self.problem(
+                "unknown_reference",
+                f"step {node.step} uses {raw}, which names no step or id ({meant}); "
+                f"for the text {raw} write $${raw[1:]}",
+                node,
+                ref=raw,
+            )
         try:
             refs = tuple(find_refs(arguments))
         except RefSyntaxError as exc:
-            self.problem("bad_reference", str(exc), node)
+            literal = " (a JavaScript template literal or a shell ${VAR} meant as text is written $${...})"
+            self.problem("bad_reference", str(exc) + literal, node)
             return None
+        self.refs_of[node.step] = refs
         for ref in refs:
             self.reference(node, ref)
         errors = [e for e in route.validator.iter_errors(arguments) if not contains_ref(e.instance)]
@@ -213,6 +358,56 @@ class _Checker:
         self.calls.append(checked)
         return checked
 
+    def meant(self, ref: Ref) -> str:
+        """What a reference to nothing may have meant: a step (`${step_1}`), a near id, or text."""
+        target = ref.target
+        rest = ref.raw[2 + len(str(target)) :] if ref.raw.startswith("${") else "}"
+        if isinstance(target, str) and (number := step_like(target)) is not None and self.known(number):
+            return f"; step {number} is ${{{number}{rest}"
+        ids = [str(i) for i in (*self.ids, *self.earlier_ids)]
+        if isinstance(target, str) and (near := self.nearest(target, ids)) is not None:
+            return f" (did you mean ${{{near}{rest}?)"
+        literal = "$$" + ref.raw[1:]
+        return f"; if {ref.raw} is meant as text (a JavaScript template literal, a shell variable), write {literal}"
+
+    def forward(self, node: CallNode, ref: Ref) -> str:
+        """Why a reference to a later step fails, and the fix: for a cycle, the edge to remove."""
+        source = self.step_of(ref.target)
+        if source is not None and source != node.step:
+            back = next((r for r in self.refs_of.get(source, ()) if self.reaches(r.target, node.step)), None)
+            if back is not None:
+                return (
+                    f"step {node.step} uses {ref.raw} (step {source}), and step {source} uses {back.raw}: a cycle; "
+                    f"remove {ref.raw} from step {node.step} (or {back.raw} from step {source}) and split the work "
+                    "over two turns if both are needed"
+                )
+            return (
+                f"step {node.step} uses {ref.raw}, which is step {source} and runs later; "
+                f"move step {node.step} after it"
+            )
+        return f"step {node.step} uses {ref.raw}, which runs later (or is this step); move it after its source"
+
+    def step_of(self, target: int | str) -> int | None:
+        """The step a target of this turn names (a block: its first step)."""
+        found = self.ids.get(target) if isinstance(target, str) else target
+        if isinstance(found, Block):
+            found = next((c.step for c in _calls_in(found)), None)
+        return found if isinstance(found, int) and found in self.paths else None
+
+    def reaches(self, target: int | str, goal: int) -> bool:
+        """Whether `target` (or what it uses, transitively) is step `goal`; bounded by the turn's steps."""
+        todo: list[int | str] = [target]
+        seen: set[int] = set()
+        while todo and len(seen) < _MAX_CYCLE:
+            step = self.step_of(todo.pop())
+            if step is None or step in seen:
+                continue
+            if step == goal:
+                return True
+            seen.add(step)
+            todo.extend(r.target for r in self.refs_of.get(step, ()))
+        return False
+
     def known(self, target: int | str) -> bool:
         return target in self.paths or target in self.earlier_steps or target in self.earlier_ids
 
@@ -225,19 +420,17 @@ class _Checker:
         where = self.paths.get(target)
         if where is None:
             self.problem(
-                "unknown_reference", f"step {node.step} uses {ref.raw}: no step or id '{target}'", node, ref=ref.raw
+                "unknown_reference",
+                f"step {node.step} uses {ref.raw}: no step or id '{target}'{self.meant(ref)}",
+                node,
+                ref=ref.raw,
             )
             return
         here = self.paths[node.step]
         n = _parting(where, here)
         # Past the end of the target's path: it holds this call (or is it), so it ends later.
         if n == len(where) or where[n][1] > here[n][1]:
-            self.problem(
-                "forward_reference",
-                f"step {node.step} uses {ref.raw}, which runs later (or is this step); move it after its source",
-                node,
-                ref=ref.raw,
-            )
+            self.forwards.append((node, ref))  # worded once every call's references are known
         elif SPECS[where[n][0]].children != "ordered":
             self.problem(
                 "sibling_reference",
@@ -269,6 +462,8 @@ def check_plan(
     Raises:
         PlanCheckError: with every problem found.
     """
+    if over := [p for p in turn.problems if p.code == "too_many_steps"]:
+        raise PlanCheckError(over)  # alone, as below: the parser stopped reading at the limit
     if len(turn.calls) > limits.max_steps:
         # Alone and at once: checking thousands of steps would only bury this one problem.
         message = f"the plan has {len(turn.calls)} steps; the limit is {limits.max_steps}"
@@ -276,8 +471,13 @@ def check_plan(
     checker = _Checker(turn, registry, shorthands, limits, earlier_steps or {}, earlier_ids or {})
     checker.index(turn.root, ())
     root = checker.node(turn.root)
-    if checker.problems:
-        raise PlanCheckError(checker.problems)
+    for node, ref in checker.forwards:
+        checker.problem("forward_reference", checker.forward(node, ref), node, ref=ref.raw)
+    if checker.problems or turn.problems:
+        # One round: the parser's problems (collected, see `parse_turn`) and the checker's, in
+        # the order they appear in the plan.
+        problems = sorted([*turn.problems, *checker.problems], key=lambda p: (p.line or 0, p.step or 0))
+        raise PlanCheckError(problems)
     assert isinstance(root, CheckedBlock)
     calls = tuple(sorted(checker.calls, key=lambda c: c.step))
     return CheckedPlan(root, calls, checker.ids, tuple(checker.warnings))

@@ -10,6 +10,7 @@ if TYPE_CHECKING:
     # For annotations only: the block table builds on these nodes, and the parser's modules need
     # not import the tool registry.
     from toolscore.downstream.registry import Route
+    from toolscore.errors import PlanProblem
     from toolscore.plan.blocks import BlockKind
     from toolscore.plan.refs import Ref
 
@@ -34,9 +35,13 @@ Status = Literal["ok", "error", "timeout", "cancelled", "skipped", "ref_error"]
 class ArgsSpec:
     """A call's arguments as written, before they are bound to the tool's schema."""
 
-    kind: Literal["empty", "json", "args", "text"]
+    kind: Literal["empty", "json", "args", "text", "elements", "invalid"]
     value: Any = None
-    """`json`: the object; `args`: a dict of the <arg> values; `text`: the primary parameter's text."""
+    """`json`: the object; `args`: a dict of the <arg> values; `text`: the primary parameter's text;
+    `elements`: child elements by name (`<echo><text>hi</text></echo>`), as text; `invalid`: none,
+    the arguments were reported as a problem."""
+    raw: str = ""
+    """`elements`: the content as written, for the message if they are no parameters."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +56,8 @@ class CallNode:
     """Given by `<call server=>` or the enclosing server block; None for a shorthand."""
     tool: str | None = None
     shorthand: str | None = None
+    public: str | None = None
+    """A tool named as clients see it (`<call tool="fx__echo">`, `<tool_call>`), not yet resolved."""
     id: str | None = None
     timeout: float | None = None
     retries: int = 0
@@ -85,6 +92,8 @@ class ParsedTurn:
     answer: str | None = None
     warnings: tuple[str, ...] = ()
     depth: int = 0
+    problems: tuple[PlanProblem, ...] = ()
+    """Problems found while parsing, when the parser was asked to collect them (`parse_turn`)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,15 +15,25 @@ with its close tag; this module builds the tree in one walk over those tokens:
 - Comments and CDATA between items are skipped; so is what a processing instruction or a `<!--`
   never closed covers (inside a call they are just text); a DTD stops the walk.
 
+Plans come from models, so the ordinary slips of model output are read as meant, each with a
+warning: reserved tags in any case and `<thinking>` (`canonical`), a Hermes `<tool_call>`, JSON
+arguments in an `args='...'` attribute, child elements as arguments (kept as `elements` for the
+checker, which knows the parameters), JSON with Python literals or comments (`values.repair_json`).
+Tags named in prose are text: inside markdown code (`lex.code_regions`; a plan that is only in a
+fence is read from the fence), or an open tag never closed with words before it on its line (a
+block tag: or after it).
+
 Everything the parser had to repair or ignore is returned as a warning; anything it cannot
-understand is a `PlanProblem` with a stable code, naming the tag and line. Work that model input
-could repeat is bounded: digits in character references, numbers and attributes, JSON nesting
-(`values.py`), warnings kept, and line numbers (counted from the last one asked for, not from the
-start).
+understand is a `PlanProblem` with a stable code, naming the tag and line. With `collect`, the
+problems go back in the turn instead of raising, so the checker can add its own: one round.
+Work that model input could repeat is bounded: digits in character references, numbers and
+attributes, JSON nesting (`values.py`), warnings kept, and line numbers (counted from the last one
+asked for, not from the start).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Mapping
@@ -45,9 +55,10 @@ from toolscore.plan.blocks import (
     Ident,
     IntRange,
 )
-from toolscore.plan.lex import CDATA_CLOSE, CDATA_OPEN, Token, attributes, lex
+from toolscore.plan.lex import CDATA_CLOSE, CDATA_OPEN, Token, attributes, code_regions, lex
 from toolscore.plan.nodes import ArgsSpec, Block, CallNode, Node, ParsedTurn
-from toolscore.plan.values import char_data, has_surrogate, loads, relaxed_json, surrogate_at
+from toolscore.plan.refs import nearest
+from toolscore.plan.values import char_data, has_surrogate, loads, repair_json, snippet, surrogate_at
 
 __all__ = ["MAX_DEPTH", "MAX_DEPTH_CEILING", "MAX_PLAN_BYTES", "MAX_STEPS", "parse_turn"]
 
@@ -61,7 +72,13 @@ MAX_STEPS = 1000
 _MAX_WARNINGS = 32
 
 _BLOCKS = frozenset(BlockKind)
-_RESERVED = _BLOCKS | V2_KINDS | {"think", "arg", "call", "answer", "result", "execute_tools", "plan_error"}
+_RESERVED = (
+    _BLOCKS | V2_KINDS | {"think", "arg", "call", "answer", "result", "execute_tools", "plan_error", "tool_call"}
+)
+_ALIASES = {"thinking": "think"}
+"""Other names models give a construct, read as it (with a warning)."""
+_ARGS_ATTRIBUTES = ("args", "arguments", "params", "parameters", "input")
+"""Attributes some models put a call's JSON arguments in."""
 _BLOCK_ATTRIBUTES: Mapping[BlockKind, Mapping[str, Attribute]] = {
     kind: {**COMMON_ATTRIBUTES, **spec.attributes} for kind, spec in SPECS.items()
 }
@@ -78,8 +95,20 @@ _EXPLICIT = frozenset({"server", "tool"})
 _SERVER_BLOCK_ATTRIBUTES: Mapping[str, Attribute] = {"timeout": Duration()}
 # A block's open tag that did not lex (say `<if test="a < b">`): refused rather than read as text,
 # or the calls inside it would run unconditionally.
-_MALFORMED_BLOCK_RE = re.compile(rf"<({'|'.join(sorted(_BLOCKS | V2_KINDS))})\s[^<>=]*+=")
-_THINK_END_RE = re.compile(r"^[ \t]*+<(?!/?think)", re.MULTILINE)
+_MALFORMED_BLOCK_RE = re.compile(rf"<({'|'.join(sorted(_BLOCKS | V2_KINDS))})\s[^<>=]*+=", re.IGNORECASE)
+_THINK_END_RE = re.compile(r"^[ \t]*+<(?!/?think)", re.MULTILINE | re.IGNORECASE)
+_WORDS_RE = re.compile(r"[A-Za-z0-9]")
+
+
+@functools.lru_cache(maxsize=1024)
+def canonical(name: str) -> str:
+    """The construct a tag name means: reserved names in any case (`<Parallel>`), and aliases
+    (`<thinking>`); any other name (a server, tool or shorthand) as written."""
+    folded = name.lower()
+    folded = _ALIASES.get(folded, folded)
+    return folded if folded in _RESERVED else name
+
+
 _FINAL_ANSWER_RE = re.compile(r"^[ \t]*+Final Answer:[ \t]*+(.*)$", re.MULTILINE)
 
 
@@ -91,6 +120,8 @@ class _State:
     thoughts: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     dropped_warnings: int = 0
+    hints: int = 16
+    """Suggestions of a near attribute name left to make (each a bounded difflib search)."""
     problems: list[PlanProblem] = field(default_factory=list)
     answer: str | None = None
     stopped: bool = False
@@ -132,24 +163,35 @@ class _State:
             self.problem("bad_character", message, pos, **at)
         return data.text
 
-    def parse_json(self, raw: str, where: str, pos: int, tag: str) -> Any:
+    def parse_json(self, raw: str, where: str, pos: int, tag: str, step: int | None = None) -> Any:
         """A call's JSON arguments, repaired if need be (with a warning); None after a problem."""
         try:
             value = loads(raw)
         except json.JSONDecodeError as first:
+            repaired, repairs = repair_json(raw)
             try:
-                value = loads(relaxed_json(raw))
+                if not repairs:
+                    raise first
+                value = loads(repaired)
             except ValueError:
-                message = f"{where}: arguments are not valid JSON ({first.msg} at column {first.colno})"
-                self.problem("invalid_json", message, pos, tag=tag)
+                message = (
+                    f"{where}: arguments are not valid JSON: {first.msg} at line {first.lineno} column "
+                    f"{first.colno}: {snippet(raw, first.pos)!r}; write one JSON object with double-quoted "
+                    "keys and strings, true/false/null, no comments"
+                )
+                self.problem("invalid_json", message, pos, tag=tag, step=step)
                 return None
-            self.warn(f"{where}: repaired JSON (trailing commas or single quotes)")
+            self.warn(f"{where}: repaired JSON ({', '.join(repairs)})")
         except ValueError as exc:
-            self.problem("invalid_json", f"{where}: arguments are not valid JSON ({exc})", pos, tag=tag)
+            self.problem("invalid_json", f"{where}: arguments are not valid JSON ({exc})", pos, tag=tag, step=step)
             return None
         if "\\u" in raw and has_surrogate(value):
             self.problem(
-                "bad_character", f"{where}: a string holds an unpaired surrogate (\\ud800-\\udfff)", pos, tag=tag
+                "bad_character",
+                f"{where}: a string holds an unpaired surrogate (\\ud800-\\udfff)",
+                pos,
+                tag=tag,
+                step=step,
             )
             return None
         return value
@@ -163,11 +205,47 @@ class _Parser:
         self.s = _State(text, first_step)
         self.max_steps = max_steps
         self.max_depth = max_depth
-        self.tokens: list[Token] = lex(text)
+        regions = code_regions(text)
+        self.tokens: list[Token] = lex(text, canonical, regions)
+        if any(fenced for _, _, fenced in regions) and not self.has_structure():
+            # Nothing but prose outside the fences: the plan is the fenced code (```xml ... ```).
+            self.tokens = lex(text, canonical, [r for r in regions if not r[2]])
+        self.spellings: set[str] = set()
         self.i = 0
         """The next token to read."""
         self.pos = 0
         """The next character to read; the text before token `i` is prose."""
+
+    def has_structure(self) -> bool:
+        """Whether some element (other than <think>/<answer>) is closed: plan structure."""
+        return any(
+            t.kind == "open" and t.close is not None and canonical(t.name) not in ("think", "answer")
+            for t in self.tokens
+        )
+
+    def name_of(self, token: Token) -> str:
+        """The construct `token` names, with a warning (once per spelling) for a variant."""
+        name = canonical(token.name)
+        if name != token.name and token.name not in self.spellings:
+            self.spellings.add(token.name)
+            self.s.warn(f"line {self.s.line(token.start)}: <{token.name}> read as <{name}>")
+        return name
+
+    def in_prose(self, index: int) -> bool:
+        """Whether the tag `index` sits in running text: words before it on its line."""
+        token = self.tokens[index]
+        before = self.tokens[index - 1].end if index else 0
+        line = self.s.text[before : token.start].rpartition("\n")[2]
+        return _WORDS_RE.search(line) is not None
+
+    def block_in_prose(self, index: int) -> bool:
+        """Whether the block tag `index` is followed by words on its line (no block starts so)."""
+        token = self.tokens[index]
+        if canonical(token.name) not in _BLOCKS:
+            return False
+        after = self.tokens[index + 1].start if index + 1 < len(self.tokens) else len(self.s.text)
+        line = self.s.text[token.end : after].partition("\n")[0]
+        return _WORDS_RE.search(line) is not None
 
     def seek(self, pos: int) -> None:
         """Go on at `pos`, past every token that starts before it."""
@@ -202,7 +280,7 @@ class _Parser:
                 s.stopped = True  # nothing after a DTD is read
             elif token.kind == "close":
                 self.past(self.i)
-                if token.name == end_tag:
+                if canonical(token.name) == end_tag:
                     return nodes
                 s.warn(f"line {s.line(token.start)}: stray </{token.name}> ignored")
             else:
@@ -231,8 +309,18 @@ class _Parser:
     def element(self, nodes: list[Node], depth: int) -> None:
         s, text, index = self.s, self.s.text, self.i
         token = self.tokens[index]
-        name, attrs, self_closing = token.name, attributes(token.attrs), token.kind == "empty"
-        if name == "execute_tools":
+        if token.kind == "open" and token.close is None and (self.in_prose(index) or self.block_in_prose(index)):
+            # "call the <echo> tool", "<parallel> blocks run together": a tag named in running
+            # text, never closed, is text.
+            s.warn(f"line {s.line(token.start)}: <{token.name}> in running text, never closed, read as text")
+            self.past(index)
+            return
+        name, attrs, self_closing = self.name_of(token), attributes(token.attrs), token.kind == "empty"
+        if name == "execute_tools" and not s.calls and self.in_prose(index):
+            # "When done I write <execute_tools />", before any call: running text, not the end.
+            s.warn(f"line {s.line(token.start)}: <{token.name}> in running text before any call, read as text")
+            self.past(index)
+        elif name == "execute_tools":
             s.stopped = True
             self.past(index)
         elif name in ("think", "answer", "result", "plan_error"):
@@ -247,6 +335,8 @@ class _Parser:
             self.block(index, attrs, nodes, depth)
         elif name == "call":
             self.call(index, attrs, nodes, server=attrs.get("server"), tool=attrs.get("tool"), explicit=True)
+        elif name == "tool_call":
+            self.hermes(index, attrs, nodes)
         elif self_closing:
             self.call(index, attrs, nodes, shorthand=name)
         elif token.close is None:
@@ -264,7 +354,7 @@ class _Parser:
         """`<think>`, `<answer>`, and `<result>`/`<plan_error>` (which only toolscore writes)."""
         s, text = self.s, self.s.text
         token = self.tokens[index]
-        name, start = token.name, token.start
+        name, start = canonical(token.name), token.start
         if token.kind == "empty":
             self.past(index)
             return
@@ -294,10 +384,15 @@ class _Parser:
     def block(self, index: int, attrs: dict[str, str], nodes: list[Node], depth: int) -> None:
         s = self.s
         token = self.tokens[index]
-        kind = BlockKind(token.name)
+        kind = BlockKind(canonical(token.name))
         line = s.line(token.start)
         if depth + 1 > self.max_depth:
-            s.problem("too_deep", f"blocks nest deeper than {self.max_depth} levels", token.start, tag=kind)
+            s.problem(
+                "too_deep",
+                f"blocks nest deeper than {self.max_depth} levels",
+                token.start,
+                tag=kind,
+            )
             if token.kind == "open" and token.close is None:
                 self.seek(len(s.text))
             else:
@@ -333,7 +428,14 @@ class _Parser:
                 continue
             attribute = table.get(key)
             if attribute is None:
-                s.problem("unknown_attribute", unknown.format(tag=tag, key=key), pos, step=step, tag=tag)
+                message = unknown.format(tag=tag, key=key)
+                near = nearest(key, list(table)) if s.hints > 0 else None
+                s.hints -= 1
+                if near is not None:
+                    message += f" (did you mean '{near}'?)"
+                elif key in _ARGS_ATTRIBUTES:
+                    message += "; arguments go in the content: <tag>{...}</tag>"
+                s.problem("unknown_attribute", message, pos, step=step, tag=tag)
                 continue
             try:
                 values[key] = attribute.parse(raw, key)
@@ -360,7 +462,7 @@ class _Parser:
             if item.kind not in ("open", "empty"):
                 self.bad_tool_tag(server, item.start)
                 break
-            name = item.name
+            name = canonical(item.name)
             if name == "think":
                 if item.kind == "open" and (item.close is None or item.close > close):
                     break
@@ -414,14 +516,25 @@ class _Parser:
         explicit: bool = False,
         default_timeout: float | None = None,
         limit: int | None = None,
+        given: ArgsSpec | None = None,
     ) -> None:
-        """One call from its open tag `index`; `limit` is the enclosing server block's close tag."""
+        """One call from its open tag `index`; `limit` is the enclosing server block's close tag.
+
+        `given`: the arguments, when they were read some other way (`<tool_call>`).
+        """
         s, text, tokens = self.s, self.s.text, self.tokens
         token = tokens[index]
-        name, start, close = token.name, token.start, token.close
-        if explicit and (not server or not tool):
+        name, start, close = canonical(token.name), token.start, token.close
+        public = None
+        if explicit and tool and not server:
+            public, tool = tool, None  # `tool="fx__echo"`: a name as clients see it, resolved by the checker
+        elif explicit and not tool:
             s.problem("bad_call", '<call> needs server="..." and tool="..."', start, tag="call")
-        if token.kind == "empty":
+        if given is not None:
+            body = ""
+            self.past(close if close is not None else index)
+            close = index
+        elif token.kind == "empty":
             body, close = "", index + 1
             self.past(index)
         elif close is None or (limit is not None and close > limit):
@@ -444,11 +557,65 @@ class _Parser:
         s.next_step += 1
         options: dict[str, Any] = {"timeout": default_timeout}
         skip = _EXPLICIT if explicit else frozenset()
+        where = f"step {step} <{name}>"
+        in_attribute = next((key for key in _ARGS_ATTRIBUTES if key in attrs), None)
+        if in_attribute is not None and given is None and not body.strip():
+            # `<call ... args='{...}'/>`: read as the content, which is where arguments go.
+            body = attrs.pop(in_attribute)
+            s.warn(
+                f"{where}: arguments read from {in_attribute}='...'; they go in the content: <{name}>{{...}}</{name}>"
+            )
         options |= self.attribute_values(_CALL_ATTRIBUTES, attrs, name, start, step, skip=skip, v2=_V2_CALL_ATTRS)
-        args = self.arguments(body, name, token.end, step, index + 1, close)
-        node = CallNode(step, name, s.line(start), args, server=server, tool=tool, shorthand=shorthand, **options)
+        problems = len(s.problems)
+        if given is not None:
+            args = given
+        elif in_attribute is not None and in_attribute not in attrs:
+            args = self.arguments(body, name, token.end, step, index, index)
+        else:
+            args = self.arguments(body, name, token.end, step, index + 1, close)
+        if len(s.problems) > problems:
+            args = ArgsSpec("invalid")  # reported; the checker still checks the rest of the call
+        node = CallNode(
+            step, name, s.line(start), args, server=server, tool=tool, shorthand=shorthand, public=public, **options
+        )
         s.calls.append(node)
         nodes.append(node)
+
+    def hermes(self, index: int, attrs: dict[str, str], nodes: list[Node]) -> None:
+        """`<tool_call>{"name": "fx__echo", "arguments": {...}}</tool_call>` (Hermes style)."""
+        s, token = self.s, self.tokens[index]
+        close = token.close
+        if close is None:
+            s.problem("unclosed_tag", "<tool_call> is never closed: add </tool_call>", token.start, tag="tool_call")
+            self.past(index)
+            return
+        raw = s.text[token.end : self.tokens[close].start]
+        value = None
+        if raw.strip().startswith("{"):
+            value = s.parse_json(
+                s.decode(raw.strip(), "<tool_call>", token.start), "<tool_call>", token.start, "tool_call"
+            )
+        name = value.get("name") if isinstance(value, dict) else None
+        arguments = value.get("arguments", value.get("parameters", {})) if isinstance(value, dict) else None
+        if isinstance(arguments, str):  # OpenAI style: the arguments as a JSON string
+            arguments = s.parse_json(arguments, "<tool_call> arguments", token.start, "tool_call")
+        if not isinstance(name, str) or not isinstance(arguments, dict):
+            if value is not None:
+                s.problem(
+                    "bad_call",
+                    '<tool_call> holds {"name": "<tool>", "arguments": {...}}; or write '
+                    '<call server="S" tool="T">{...}</call>',
+                    token.start,
+                    tag="tool_call",
+                )
+            self.past(close)
+            return
+        s.warn(
+            f"line {s.line(token.start)}: <tool_call> read as a call of {name!r}; "
+            f'in a plan write <call tool="{name}">{{...}}</call>'
+        )
+        # Read as `<call tool="name">` with the arguments as its content.
+        self.call(index, attrs, nodes, tool=name, explicit=True, given=ArgsSpec("json", arguments))
 
     def arguments(self, body: str, tag: str, pos: int, step: int, first: int, close: int) -> ArgsSpec:
         """A call's arguments from its `body`, which starts at `pos`; its tokens are `first..close-1`."""
@@ -461,19 +628,45 @@ class _Parser:
             return ArgsSpec("text", stripped[len(CDATA_OPEN) : -len(CDATA_CLOSE)])
         if stripped.startswith("{"):
             decoded = s.decode(stripped, where, pos, step=step, tag=tag)
-            value = s.parse_json(decoded, where, pos, tag)
+            value = s.parse_json(decoded, where, pos, tag, step)
             if value is not None and not isinstance(value, dict):
                 s.problem("invalid_json", f"{where}: arguments must be a JSON object", pos, step=step, tag=tag)
             return ArgsSpec("json", value if isinstance(value, dict) else {})
         head = self.tokens[first] if first < close else None
-        if (
-            head is not None
-            and head.kind in ("open", "empty")
-            and head.name == "arg"
-            and not s.text[pos : head.start].strip()
-        ):
-            return ArgsSpec("args", self.arg_elements(first, close, where, pos, step))
+        if head is not None and head.kind in ("open", "empty") and not s.text[pos : head.start].strip():
+            if head.name == "arg":
+                return ArgsSpec("args", self.arg_elements(first, close, where, pos, step))
+            if (elements := self.child_elements(first, close, where, pos, step)) is not None:
+                # `<echo><text>hi</text></echo>`: the checker reads them as arguments if the tool
+                # has those parameters, and refuses otherwise (never sent on as markup).
+                return ArgsSpec("elements", elements, body.strip("\n"))
         return ArgsSpec("text", s.decode(body.strip("\n"), where, pos, step=step, tag=tag))
+
+    def child_elements(self, first: int, close: int, where: str, pos: int, step: int) -> dict[str, str] | None:
+        """Tokens `first..close-1` as `<name>text</name>` elements with only blanks between, or None."""
+        s, text, tokens = self.s, self.s.text, self.tokens
+        values: dict[str, str] = {}
+        index, pos = first, tokens[first].start
+        while index < close:
+            tag = tokens[index]
+            if text[pos : tag.start].strip() or tag.kind not in ("open", "empty") or tag.name in values:
+                return None
+            if tag.kind == "empty":
+                values[tag.name], index = "", index + 1
+            elif tag.close is None or tag.close >= close:
+                return None
+            else:
+                raw = text[tag.end : tokens[tag.close].start]
+                stripped = raw.strip()
+                if stripped.startswith(CDATA_OPEN) and stripped.endswith(CDATA_CLOSE):
+                    values[tag.name] = stripped[len(CDATA_OPEN) : -len(CDATA_CLOSE)]
+                else:
+                    values[tag.name] = s.decode(raw.strip("\n"), f"{where} <{tag.name}>", pos, step=step, tag=tag.name)
+                index = tag.close + 1
+            pos = tokens[index - 1].end
+        if text[pos : tokens[close].start if close < len(tokens) else len(text)].strip():
+            return None
+        return values
 
     def arg_elements(self, first: int, close: int, where: str, pos: int, step: int) -> dict[str, Any]:
         """The `<arg>` elements among tokens `first..close-1`."""
@@ -538,6 +731,7 @@ def parse_turn(
     max_bytes: int = MAX_PLAN_BYTES,
     max_steps: int = MAX_STEPS,
     max_depth: int = MAX_DEPTH,
+    collect: bool = False,
 ) -> ParsedTurn:
     """Parse one model turn, in time linear in its size.
 
@@ -547,9 +741,13 @@ def parse_turn(
         max_bytes: The size cap.
         max_steps: The most calls the turn may have; reading stops at the first one more.
         max_depth: How deep blocks may nest (`plan.max_depth`, at most `MAX_DEPTH_CEILING`).
+        collect: Return the problems in the turn (`ParsedTurn.problems`) rather than raise them,
+            so that the checker can add its own and a model sees them all in one round; a call
+            whose arguments are broken gets `ArgsSpec("invalid")`.
 
     Raises:
-        PlanSyntaxError: with every problem found; nothing of the plan may run.
+        PlanSyntaxError: with every problem found (only the size and an unpaired surrogate when
+            `collect`); nothing of the plan may run.
     """
     size = len(text.encode("utf-8", errors="replace"))
     if size > max_bytes:
@@ -561,7 +759,7 @@ def parse_turn(
     parser = _Parser(text, first_step, max_steps, min(max_depth, MAX_DEPTH_CEILING))
     nodes = parser.items(None, 0)
     s = parser.s
-    if s.problems:
+    if s.problems and not collect:
         raise PlanSyntaxError(s.problems)
     answer = s.answer
     if answer is None and (final := _FINAL_ANSWER_RE.search(text)) is not None:
@@ -582,4 +780,5 @@ def parse_turn(
         answer=answer,
         warnings=tuple(warnings),
         depth=s.max_depth,
+        problems=tuple(s.problems),
     )

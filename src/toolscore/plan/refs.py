@@ -21,6 +21,7 @@ builds (`max_bytes`), since one reference repeated can copy a large value many t
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
 from collections.abc import Callable, Mapping
@@ -37,9 +38,12 @@ __all__ = [
     "Ref",
     "contains_ref",
     "find_refs",
+    "nearest",
     "parse_template",
+    "repair_bare",
     "repair_mustache",
     "resolve",
+    "step_like",
 ]
 
 VALUE_FIELDS = frozenset({"status", "text", "json", "error", "ms", "attempts", "server", "tool"})
@@ -55,6 +59,10 @@ _SEGMENT = re.compile(r"\.([A-Za-z_][A-Za-z0-9_\-]*+)|\[(-?\d++)\]|\[(\*)\]|\['(
 # The inside of `{{...}}` up to the next brace, possessively: a `{{` never closed costs one scan to
 # the next brace, not a backtracking search over the whitespace around it.
 _MUSTACHE = re.compile(r"\{\{([^{}]*+)\}\}")
+# A `$` and what follows it, for reference spellings the grammar does not know (`$hits.text`,
+# `$step1`, `$2`): `$$` and `${` are consumed whole, so a literal `$$hits` is never touched.
+_DOLLAR = re.compile(rf"\$(?:\$|\{{|([A-Za-z_][A-Za-z0-9_]{{0,63}}+|\d{{1,15}}+)({_PATH}))")
+_STEP_LIKE = re.compile(r"^(?:step|result|output)_?(\d{1,15})$", re.IGNORECASE)
 
 
 class _Star:
@@ -184,6 +192,52 @@ def repair_mustache(value: Any, known: Callable[[int | str], bool]) -> tuple[Any
     return map_strings(value, lambda text: _MUSTACHE.sub(sub, text)), repaired
 
 
+def step_like(name: str) -> int | None:
+    """The step a name like `step_1`, `result2` or `output_3` seems to mean, if it is one."""
+    match = _STEP_LIKE.match(name)
+    return int(match.group(1)) if match else None
+
+
+def repair_bare(
+    value: Any, known: Callable[[int | str], bool]
+) -> tuple[Any, list[tuple[str, str]], list[tuple[str, int]]]:
+    """Read `$x.path` (no braces) as `${x.path}` where `${x}` would be a known target.
+
+    `$2` counts only with a path or as a whole string (`costs $2` is text, so is `awk '{print $1}'`).
+    Returns the value, what was rewritten (old, new), and the spellings that look like a step
+    reference but name nothing (`$step_9`) with the step they seem to mean: those are problems,
+    since sending them as text would run the plan with data the model did not mean.
+    """
+    repaired: list[tuple[str, str]] = []
+    suspects: list[tuple[str, int]] = []
+
+    def fix(text: str) -> str:
+        if "$" not in text:
+            return text
+
+        def sub(match: re.Match[str]) -> str:
+            name, path = match.group(1), match.group(2) or ""
+            if name is None or name.startswith("result_of_step_"):
+                return match.group(0)
+            if name.isdecimal():
+                whole = match.start() == 0 and match.end() == len(text)
+                if not (path or whole) or not known(int(name)):
+                    return match.group(0)
+            else:
+                target = _TARGET.match(name)
+                if target is None or not known(_target(target, name)):
+                    if (number := step_like(name)) is not None:
+                        suspects.append((match.group(0), number))
+                    return match.group(0)
+            new = "${" + name + path + "}"
+            repaired.append((match.group(0), new))
+            return new
+
+        return _DOLLAR.sub(sub, text)
+
+    return map_strings(value, fix), repaired, suspects
+
+
 def find_refs(value: Any) -> list[Ref]:
     """Every reference in a JSON value's strings, in document order (keys are not templates).
 
@@ -211,10 +265,12 @@ def _applies(value: Any, segment: PathSegment) -> bool:
 
 
 def _wrapped(value: Any) -> Any:
-    """The JSON array or object inside a JSON-string wrapper: `value` itself a string holding JSON,
-    or the only field of a one-field object (`{"result": "{...}"}`); None if it is neither."""
+    """The JSON array or object inside a wrapper: `value` itself a string holding JSON, or the only
+    field of a one-field object (`{"result": [...]}`, `{"result": "{...}"}`); None if neither."""
     if isinstance(value, dict) and len(value) == 1:
         (value,) = value.values()
+        if isinstance(value, dict | list):
+            return value
     if not isinstance(value, str):
         return None
     try:
@@ -224,26 +280,88 @@ def _wrapped(value: Any) -> Any:
     return inner if isinstance(inner, dict | list) else None
 
 
-def _walk(value: Any, path: tuple[PathSegment, ...], ref: Ref, *, see_through: bool = True) -> Any:
+_MAX_KEYS_SHOWN = 20
+
+
+def _what(value: Any) -> str:
+    """What a value is, for a path that leads nowhere: its keys, its length or its type."""
+    if isinstance(value, dict):
+        if not value:
+            return "an empty object"
+        keys = [str(k) for k in list(value)[:_MAX_KEYS_SHOWN]]
+        more = f" and {len(value) - len(keys)} more" if len(value) > len(keys) else ""
+        return "an object with keys " + ", ".join(_show(k) for k in keys) + more
+    if isinstance(value, list):
+        return f"an array of {len(value)} item{'' if len(value) == 1 else 's'}"
+    if isinstance(value, str):
+        return f"a string of {len(value)} characters"
+    kind = {bool: "a boolean", int: "an integer", float: "a number"}.get(type(value), "a value")
+    return "null" if value is None else f"{kind} ({_show(_render(value))})"
+
+
+def _missing(value: Any, segment: PathSegment, ref: Ref, at: tuple[PathSegment, ...]) -> RefError:
+    """Why `segment` leads nowhere in `value`, with what is there and the nearest key."""
+    where = _show(ref.raw) if not at else f"{_show(ref.raw)}: at {_format(at)}"
+    inner = _wrapped(value)
+    shown = value if inner is None else inner
+    there = _what(value) + (f" wrapping {_what(inner)}" if inner is not None else "")
+    if isinstance(segment, _Star):
+        return RefError(f"{where}: [*] needs an array, found {there}")
+    if isinstance(segment, int):
+        return RefError(f"{where}: no index [{segment}]: found {there}")
+    hint = ""
+    if isinstance(shown, dict) and (near := nearest(segment, [str(k) for k in shown])) is not None:
+        hint = f" (did you mean '{near}'?)"
+    return RefError(f"{where}: no key '{_show(segment)}'{hint}: found {there}")
+
+
+def _format(path: tuple[PathSegment, ...]) -> str:
+    return "".join(
+        "[*]" if isinstance(s, _Star) else f"[{s}]" if isinstance(s, int) else f".{s}" if _KEY.match(s) else f"['{s}']"
+        for s in path
+    )
+
+
+_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]*$")
+
+
+_MAX_CANDIDATES = 64
+"""Names compared per suggestion at most: difflib is quadratic in the lengths, so each is bounded."""
+
+
+def nearest(word: str, candidates: list[str]) -> str | None:
+    """The candidate closest to `word` (a misspelt id or key), if one is close; bounded work.
+
+    Case-blind equality first, then difflib among the first `_MAX_CANDIDATES` names of at most 64
+    characters. Callers that may ask many times (one per problem) bound how often they ask.
+    """
+    if len(word) > 64:
+        return None
+    pool = [c for c in candidates[:_MAX_CANDIDATES] if len(c) <= 64]
+    folded = {c.lower(): c for c in pool}
+    if word.lower() in folded:
+        return folded[word.lower()]
+    found = difflib.get_close_matches(word, pool, n=1, cutoff=0.6)
+    return found[0] if found else None
+
+
+def _walk(
+    value: Any, path: tuple[PathSegment, ...], ref: Ref, *, see_through: bool = True, at: tuple[PathSegment, ...] = ()
+) -> Any:
     for n, segment in enumerate(path):
-        # A tool that answers its JSON as a string (the sandbox's `{"result": "{...}"}`): when the
-        # path leads nowhere, look once inside the string before giving up.
+        # A tool that wraps its data (the sandbox's `{"result": "{...}"}`, a search's
+        # `{"result": [...]}`): when the path leads nowhere, look once inside before giving up.
         if see_through and not _applies(value, segment):
             inner = _wrapped(value)
             if inner is not None and _applies(inner, segment):
                 value, see_through = inner, False
+        if not _applies(value, segment):
+            raise _missing(value, segment, ref, (*at, *path[:n]))
         if segment is STAR:
-            if not isinstance(value, list):
-                raise RefError(f"{ref.raw}: [*] needs an array, found {type(value).__name__}")
-            return [_walk(item, path[n + 1 :], ref, see_through=see_through) for item in value]
-        if isinstance(segment, int):
-            if not isinstance(value, list) or not -len(value) <= segment < len(value):
-                raise RefError(f"{ref.raw}: no index [{segment}]")
-            value = value[segment]
-        else:
-            if not isinstance(value, dict) or segment not in value:
-                raise RefError(f"{ref.raw}: no key '{segment}'")
-            value = value[segment]
+            return [
+                _walk(item, path[n + 1 :], ref, see_through=see_through, at=(*at, *path[: n + 1])) for item in value
+            ]
+        value = value[segment]
     return value
 
 

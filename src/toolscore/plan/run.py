@@ -110,6 +110,24 @@ class Episode:
         return record.value() if record else None
 
 
+def _calls(node: CheckedBlock) -> list[CheckedCall]:
+    """Every call inside a block, in document order."""
+    found: list[CheckedCall] = []
+    for child in node.children:
+        found.extend([child] if isinstance(child, CheckedCall) else _calls(child))
+    return found
+
+
+def _named(record: StepRecord) -> str:
+    return f" ({record.id})" if record.id else ""
+
+
+def _outcome(record: StepRecord) -> str:
+    """`error: <the first of its error>`, for a step that another's reason names."""
+    error = (record.error or "").strip().replace("\n", " ")
+    return f"{record.status}: {error[:160]}{'…' if len(error) > 160 else ''}" if error else record.status
+
+
 def _text_of(result: mcp_types.CallToolResult) -> str:
     return "\n".join(b.text for b in result.content if isinstance(b, mcp_types.TextContent))
 
@@ -170,6 +188,8 @@ class PlanRunner:
         deadline = anyio.current_time() + budget
         with anyio.CancelScope(deadline=deadline) as scope:
             await self._node(plan.root, deadline)
+        if scope.cancelled_caught:
+            self.explain_budget(plan)
         return not scope.cancelled_caught
 
     # -- nodes ------------------------------------------------------------------------------------
@@ -189,6 +209,7 @@ class PlanRunner:
                 status = await spec.run(node, self._node, min(deadline, own))
             if scope.cancelled_caught:
                 status, timed_out = "timeout", True
+        self._explain_unrun(node, status)
         value = self._block_value(node, status)
         if block.id:
             self._episode.block_values[block.id] = value
@@ -228,7 +249,11 @@ class PlanRunner:
                 on_error = source_record.on_error if source_record else "skip_dependents"
                 if on_error != "continue":
                     record.status = "skipped"
-                    record.error = f"skipped: {ref.raw} did not succeed ({source['status']})"
+                    if source_record is not None:
+                        cause = f"step {source_record.step}{_named(source_record)} ended {_outcome(source_record)}"
+                    else:
+                        cause = f"the block '{ref.target}' ended {source['status']}"
+                    record.error = f"skipped: it uses {ref.raw}, and {cause}"
                     return
         try:
             arguments = resolve(call.arguments, self._episode.lookup, max_bytes=self._max_argument_bytes)
@@ -261,6 +286,31 @@ class PlanRunner:
                 return
             await anyio.sleep(min(delay, _BACKOFF_MAX) * random.uniform(0.8, 1.2))
             delay *= 2
+
+    def _explain_unrun(self, node: CheckedBlock, status: Status) -> None:
+        """Give the steps a block never started the reason it did not."""
+        records = [self._episode.steps[call.step] for call in _calls(node)]
+        unrun = [r for r in records if r.status == "skipped" and r.error is None]
+        if not unrun:
+            return
+        kind = node.block.kind
+        failed = next((r for r in records if r.status not in ("ok", "skipped", "cancelled")), None)
+        winner = next((r for r in records if r.status == "ok"), None)
+        if status == "ok" and winner is not None:
+            reason = f"not run: step {winner.step}{_named(winner)} succeeded first and decided the <{kind}>"
+        elif failed is not None:
+            reason = f"not run: the <{kind}> stopped after step {failed.step}{_named(failed)} ended {_outcome(failed)}"
+        else:
+            reason = f"not run: the <{kind}> stopped before it"
+        for record in unrun:
+            record.error = reason
+
+    def explain_budget(self, plan: CheckedPlan) -> None:
+        """After the budget ran out: the steps that never started say so."""
+        for call in plan.calls:
+            record = self._episode.steps[call.step]
+            if record.status == "skipped" and record.error is None:
+                record.error = "not run: the plan's time budget ran out first"
 
     def _source_record(self, target: int | str) -> StepRecord | None:
         step = target if isinstance(target, int) else self._episode.ids.get(target)

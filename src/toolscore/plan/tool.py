@@ -100,9 +100,13 @@ class EpisodeStore:
         episodes.move_to_end(ident)
         return episodes[ident]
 
-    def new(self, caller: str) -> Episode:
-        """A fresh episode of the caller's."""
-        episode = Episode(secrets.token_hex(8))
+    def held_by_another(self, caller: str, ident: str) -> bool:
+        """Whether a caller other than `caller` holds episode `ident` in memory now."""
+        return any(ident in episodes for other, episodes in self._by_caller.items() if other != caller)
+
+    def new(self, caller: str, episode: Episode | None = None) -> Episode:
+        """A fresh episode of the caller's (or `episode`, restored from the durable store)."""
+        episode = episode or Episode(secrets.token_hex(8))
         episodes = self._by_caller.setdefault(caller, OrderedDict())
         self._by_caller.move_to_end(caller)
         episodes[episode.id] = episode
@@ -269,8 +273,11 @@ class Orchestrator:
             max_bytes=self._limits.max_bytes,
             max_steps=self._limits.max_steps,
             max_depth=self._limits.max_depth,
+            collect=True,
         )
         if not turn.calls:
+            if turn.problems:
+                raise PlanSyntaxError(turn.problems)
             return turn, None
         checked = check_plan(
             turn,
@@ -323,7 +330,7 @@ class Orchestrator:
                 f"{call.route.server}.{call.route.remote_name} depends on {deps}"
             )
         lines.append("</plan>")
-        lines.extend(f"<warning>{w}</warning>" for w in turn.warnings)
+        lines.extend(f"<warning>{w}</warning>" for w in (*turn.warnings, *plan.warnings))
         return _text("\n".join(lines), structured={"episode": episode.id, "plan": tree})
 
     def _audit_plan(

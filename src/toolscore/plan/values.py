@@ -16,7 +16,17 @@ from typing import Any
 
 from toolscore._json import iter_strings
 
-__all__ = ["MAX_JSON_DEPTH", "CharData", "char_data", "has_surrogate", "loads", "relaxed_json", "surrogate_at"]
+__all__ = [
+    "MAX_JSON_DEPTH",
+    "CharData",
+    "char_data",
+    "has_surrogate",
+    "loads",
+    "relaxed_json",
+    "repair_json",
+    "snippet",
+    "surrogate_at",
+]
 
 MAX_JSON_DEPTH = 64
 """How deep a call's JSON arguments may nest."""
@@ -30,7 +40,21 @@ _JSON_STRING_RE = re.compile(r'"(?:[^"\\]++|\\.)*+"?', re.DOTALL)
 _LONG_NUMBER_RE = re.compile(rf"(?<![0-9])[0-9]{{{_MAX_NUMBER_DIGITS + 1}}}")
 _NOT_BRACKET_RE = re.compile(r"[^\[\]{}]++")
 _NESTING = {"[": 1, "{": 1, "]": -1, "}": -1}
-_TRAILING_COMMA_RE = re.compile(r",\s*+([}\]])")
+# One token of JSON-ish text at a time, so nothing inside a string is ever repaired: a double- or
+# single-quoted string (an unclosed one runs to the end: no retry at every later position), a `//`
+# comment, a Python literal, a comma before a closing bracket.
+_REPAIR_RE = re.compile(
+    r"""("(?:[^"\\]++|\\.)*+"?)|('(?:[^'\\]++|\\.)*+'?)|(//[^\n]*+)|\b(True|False|None)\b|,(?=\s*+[}\]])""",
+    re.DOTALL,
+)
+_PYTHON = {"True": "true", "False": "false", "None": "null"}
+_SINGLE_INNER_RE = re.compile(r"\\'|\\.|\"", re.DOTALL)
+
+
+def _requote(match: re.Match[str]) -> str:
+    """One piece of a single-quoted string, as it goes inside a double-quoted one."""
+    piece = match.group(0)
+    return "'" if piece == "\\'" else '\\"' if piece == '"' else piece
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,11 +123,46 @@ def loads(raw: str) -> Any:
         raise ValueError("it nests too deeply") from None
 
 
+def repair_json(raw: str) -> tuple[str, tuple[str, ...]]:
+    """The slips models make in JSON repaired, in one linear pass, and what was repaired.
+
+    Outside strings only: `True`/`False`/`None` become `true`/`false`/`null`, `//` comments and
+    trailing commas go, and single-quoted strings become double-quoted ones.
+    """
+    repairs: dict[str, None] = {}
+
+    def sub(match: re.Match[str]) -> str:
+        double, single, comment, literal = match.groups()
+        if double is not None:
+            return double
+        if single is not None:
+            repairs["single quotes"] = None
+            inner = single[1:-1] if len(single) > 1 and single.endswith("'") else single[1:]
+            # Escapes stay as written (`\n` is still a newline), but `\'` needs none and `"` one.
+            return '"' + _SINGLE_INNER_RE.sub(_requote, inner) + '"'
+        if comment is not None:
+            repairs["// comments"] = None
+            return ""
+        if literal is not None:
+            repairs[f"Python {literal}"] = None
+            return _PYTHON[literal]
+        repairs["trailing commas"] = None
+        return ""
+
+    # Twice: a comma is trailing only once the comment after it is gone.
+    repaired = _REPAIR_RE.sub(sub, _REPAIR_RE.sub(sub, raw))
+    return repaired, tuple(repairs)
+
+
 def relaxed_json(raw: str) -> str:
-    """The two slips models make in JSON repaired: trailing commas, and single quotes (when no
-    double quote is used, so none of them can be inside a string)."""
-    repaired = _TRAILING_COMMA_RE.sub(r"\1", raw)
-    return repaired.replace("'", '"') if '"' not in repaired else repaired
+    """`raw` with the slips models make in JSON repaired (`repair_json`)."""
+    return repair_json(raw)[0]
+
+
+def snippet(raw: str, pos: int, width: int = 24) -> str:
+    """The text around `raw[pos]`, quoted for a message (`…"b": Tru|e…`, cut at `width` each side)."""
+    head, tail = raw[max(pos - width, 0) : pos], raw[pos : pos + width]
+    return ("…" if pos > width else "") + head + "⟨here⟩" + tail + ("…" if pos + width < len(raw) else "")
 
 
 def has_surrogate(value: Any) -> bool:
