@@ -139,11 +139,20 @@ def repl_pids(gateway: Gateway | None = None) -> list[int]:
             continue
         try:
             comm = Path(f"/proc/{pid}/comm").read_text().strip()
-            if comm != "bwrap" and b"mcp-python-repl" in Path(f"/proc/{pid}/cmdline").read_bytes():
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            if comm != "bwrap" and b"mcp-python-repl" in cmdline and not is_reaper(pid):
                 pids.append(pid)
         except OSError:
             continue
     return pids
+
+
+def is_reaper(pid: int) -> bool:
+    """The gateway's reaper above each stdio server (its arguments name the server too)."""
+    try:
+        return b"_reaper.py" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
 
 
 def parent(pid: int) -> int:
@@ -151,9 +160,10 @@ def parent(pid: int) -> int:
 
 
 def sandbox_tree(repl: int) -> list[int]:
-    """The gateway's child that leads to the REPL (the launcher, become bwrap) and all below it."""
+    """The process the gateway started for the REPL (the launcher, become bwrap; below the gateway's
+    reaper) and all below it."""
     top = repl
-    while parent(top) != os.getpid():
+    while parent(top) != os.getpid() and not is_reaper(parent(top)):
         top = parent(top)
     return [top, *descendants(top)]
 
@@ -512,6 +522,7 @@ def is_repl(pid: int) -> bool:
         return (
             Path(f"/proc/{pid}/comm").read_text().strip() != "bwrap"
             and b"mcp-python-repl" in Path(f"/proc/{pid}/cmdline").read_bytes()
+            and not is_reaper(pid)
         )
     except OSError:
         return False

@@ -160,3 +160,64 @@ async def test_web_mode_searches_fetches_and_cites_pages(searx: str, corpus_dir:
     assert result.structured_content is not None
     assert result.structured_content["sources"][0]["url"] == f"{searx}/page/1"
     assert "ice deforms under its own weight. [1]" in result.structured_content["answer"]
+
+
+def _long_corpus(root: Path) -> Corpus:
+    """Long paragraphs (split into several passages) and a document that matches but says little."""
+    root.mkdir()
+    facts = [
+        f"Fact {i}: the harbour lighthouse keeper logged {i} storms and repaired the lantern {i} times."
+        for i in range(40)
+    ]
+    (root / "lighthouse.md").write_text("# Lighthouse\n\n" + " ".join(facts) + "\n")
+    (root / "unbroken.md").write_text("# Unbroken\n\n" + " ".join(["seabird"] * 600) + " lighthouse lantern\n")
+    (root / "noise.md").write_text("# Noise\n\nA lighthouse.\n")
+    corpus = Corpus()
+    corpus.add_folder(root)
+    return corpus
+
+
+def test_passages_split_between_sentences_and_never_inside_a_word(tmp_path: Path) -> None:
+    corpus = _long_corpus(tmp_path / "c")
+    texts = [h.text for h in corpus.search(["lighthouse", "lantern", "storms"], limit=50)]
+    assert len([t for t in texts if t.startswith("Fact") or "Fact 0" in t]) >= 3  # the paragraph was split
+    for passage in texts:
+        if "Fact" in passage:
+            assert passage.rstrip().endswith("."), passage[-40:]
+        assert passage[:1].isupper() or passage.startswith(("#", "seabird")), passage[:20]
+    unbroken = [t for t in texts if "seabird" in t]
+    assert unbroken
+    for passage in unbroken:  # no sentence end at all: cut between words
+        assert set(passage.split()) <= {"seabird", "lighthouse", "lantern", "#", "Unbroken"}, passage[-30:]
+
+
+@pytest.mark.parametrize("question", ["lighthouse lantern storms", "how many times was the lantern repaired?"])
+def test_every_citation_points_at_a_whole_sentence_of_its_source_in_the_answer(tmp_path: Path, question: str) -> None:
+    corpus = _long_corpus(tmp_path / "c")
+    for report in (
+        research(corpus, question, max_sources=3, depth=0),  # quick_research
+        research(corpus, question, max_sources=10, depth=2, max_sentences=10),
+    ):
+        cited = re.findall(r"(.+?) \[(\d+)\](?: |$)", report.answer)
+        assert cited and " ".join(f"{s} [{n}]" for s, n in cited) == report.answer
+        numbers = {int(n) for _, n in cited}
+        assert [s.n for s in report.sources] == list(range(1, len(report.sources) + 1))
+        assert {s.n for s in report.sources} == numbers  # no source that the answer does not use
+        for sentence, n in cited:
+            assert sentence.endswith((".", "!", "?")), sentence
+            source = report.sources[int(n) - 1]
+            assert any(sentence in p["text"] for p in report.passages if p["source"] == int(n))
+            assert source.snippet in report.answer and source.snippet.endswith("."), source.snippet
+
+
+def test_an_answer_with_no_term_in_any_sentence_still_cites_its_one_source(tmp_path: Path) -> None:
+    root = tmp_path / "c"
+    root.mkdir()
+    (root / "runs.md").write_text("# Runs\n\nThe marathon runner trained daily for the race.\n")
+    corpus = Corpus()
+    corpus.add_folder(root)
+    report = research(corpus, "running")  # FTS5's porter stemmer matches "runner"; the sentence scorer does not
+    assert report.answer == "The marathon runner trained daily for the race. [1]"
+    assert [(s.n, s.title, s.snippet) for s in report.sources] == [
+        (1, "Runs", "The marathon runner trained daily for the race.")
+    ]

@@ -15,9 +15,11 @@ and one byte of invalid UTF-8 fails its decoder and drops the connection. Here, 
 
 The child runs in its own session (a process group), so closing kills everything it started:
 stdin is closed first (the spec's polite request), then SIGTERM to the group after a grace
-period, then SIGKILL. When `setpriv` is available the child is also given a parent-death signal,
-so it dies with the gateway even if the gateway is killed with SIGKILL. `kill()` skips the grace
-period: that is for a server that stopped answering.
+period, then SIGKILL. `kill()` skips the grace period: that is for a server that stopped answering.
+
+On Linux the server runs under a small reaper process (`_reaper.py`, a child subreaper with a
+parent-death signal): what the server starts stays findable even in a session of its own (a
+browser, a sandbox), and all of it dies with the gateway, even when the gateway is SIGKILLed.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager, suppress
@@ -47,15 +50,17 @@ log = structlog.get_logger("toolscore.child")
 DEFAULT_ENV_KEYS = ("HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER")
 """What a child inherits from the gateway's environment (as the SDK does); `env` adds to it."""
 _GRACE = 2.0
-_SETPRIV = shutil.which("setpriv")
+_REAPER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_reaper.py")
+_USE_REAPER = sys.platform == "linux" and os.path.isdir("/proc/self/task")
 
 
 class ChildProcess:
     """The running child of one connection."""
 
-    def __init__(self, popen: subprocess.Popen[bytes]) -> None:
+    def __init__(self, popen: subprocess.Popen[bytes], *, reaper: bool = False) -> None:
         self.pid = popen.pid
         self._popen = popen
+        self._reaper = reaper
 
     @property
     def returncode(self) -> int | None:
@@ -68,8 +73,12 @@ class ChildProcess:
             os.killpg(self.pid, signum)
 
     def kill(self) -> None:
-        """SIGKILL the whole group now: the connection then ends as if the server had died."""
-        self.signal_group(signal.SIGKILL)
+        """Kill the server and all it started now: the connection then ends as if it had died."""
+        if self._reaper:  # it kills every descendant, in whatever session; a group kill would miss some
+            with suppress(ProcessLookupError, PermissionError):
+                os.kill(self.pid, signal.SIGUSR1)
+        else:
+            self.signal_group(signal.SIGKILL)
 
     async def stop(self) -> None:
         """Wait for a polite exit, then SIGTERM the group, then SIGKILL it."""
@@ -154,7 +163,7 @@ def _start(
     """fork/exec, synchronously: it takes a millisecond and happens once per connection."""
     environment = {k: os.environ[k] for k in DEFAULT_ENV_KEYS if k in os.environ} | dict(env or {})
     argv = [command, *args]
-    # With the setpriv wrapper a missing command would only show as an exit status: say it here.
+    # Under the reaper a missing command would only show as an exit status: say it here.
     if "/" in command:
         path = command if os.path.isabs(command) else os.path.join(cwd or ".", command)
         found: str | None = path if os.access(path, os.X_OK) and os.path.isfile(path) else None
@@ -162,8 +171,8 @@ def _start(
         found = shutil.which(command, path=environment.get("PATH"))
     if found is None:
         raise FileNotFoundError(2, "command not found", command)
-    if _SETPRIV is not None:
-        argv = [_SETPRIV, "--pdeathsig", "KILL", "--", *argv]
+    if _USE_REAPER:
+        argv = [sys.executable, "-I", "-S", _REAPER, str(os.getpid()), "--", *argv]
     return subprocess.Popen(
         argv,
         stdin=subprocess.PIPE,
@@ -202,7 +211,7 @@ async def spawn_stdio(
         OSError: the command cannot be started.
     """
     popen = _start(command, args, env, cwd, errlog)
-    child = ChildProcess(popen)
+    child = ChildProcess(popen, reaper=_USE_REAPER)
     if started is not None:
         started.append(child)
     assert popen.stdin is not None and popen.stdout is not None

@@ -150,6 +150,25 @@ def _unwrap(paragraph: str) -> str:
     return "\n".join(lines)
 
 
+_SENTENCE_END = re.compile(r"[.!?][\"')\]]*\s")
+
+
+def _cut(paragraph: str) -> int:
+    """Where to split a paragraph longer than PASSAGE_CHARS: never inside a word, and inside a
+    sentence only when one sentence runs past twice the passage size."""
+    line = paragraph.rfind("\n", 0, PASSAGE_CHARS)
+    ends = [m.end() for m in _SENTENCE_END.finditer(paragraph, 0, 2 * PASSAGE_CHARS)]
+    before = [end for end in ends if end <= PASSAGE_CHARS]
+    if before and before[-1] > line:
+        return before[-1]
+    if line > 0:
+        return line + 1
+    if ends:  # the first sentence is longer than a passage: keep it whole
+        return ends[0]
+    space = paragraph.rfind(" ", 0, PASSAGE_CHARS)
+    return space + 1 if space > 0 else PASSAGE_CHARS
+
+
 def _passages(text: str) -> Iterable[str]:
     """Paragraphs, merged up to PASSAGE_CHARS (a long paragraph is split at sentence ends)."""
     current = ""
@@ -158,8 +177,7 @@ def _passages(text: str) -> Iterable[str]:
         if not paragraph:
             continue
         while len(paragraph) > PASSAGE_CHARS:
-            cut = paragraph.rfind(". ", 0, PASSAGE_CHARS)
-            cut = cut + 1 if cut > PASSAGE_CHARS // 3 else PASSAGE_CHARS
+            cut = _cut(paragraph)
             if current:
                 yield current
                 current = ""

@@ -22,7 +22,11 @@ MAX_SENTENCE_CHARS = 400
 
 
 def _sentences(text: str) -> list[str]:
-    """Sentences and lines of a passage, with Markdown table and list markup trimmed."""
+    """Whole sentences and lines of a passage, with Markdown table and list markup trimmed.
+
+    A piece that does not end a sentence (a passage cut inside one) is left out unless it is a
+    line of its own (a heading, a list item or a table row), so no answer ends mid-word.
+    """
     out = []
     for piece in _SENTENCE.split(text):
         piece = _MARKUP.sub("", piece).replace(" | ", "; ").strip()
@@ -113,17 +117,14 @@ def research(
     if not ranked:
         report.answer = f"No passage in the corpus ({report.documents_searched} documents) matches: {question}"
         return report
-    numbers = {hit.doc: n for n, hit in enumerate(ranked, 1)}
-    report.sources = [Source(n, h.url, h.title, h.text[:200]) for n, h in enumerate(ranked, 1)]
-
+    rank = {hit.doc: n for n, hit in enumerate(ranked)}
     stems = [_stem(t) for t in terms]
-    passages = [h for h in hits if h.doc in numbers]
+    passages = [h for h in hits if h.doc in rank]
     document_frequency = {s: sum(1 for h in passages if s in h.text.lower()) for s in stems}
     weight = {s: math.log(1 + len(passages) / (1 + document_frequency[s])) for s in stems}
-    scored: list[tuple[float, int, str]] = []
+    scored: list[tuple[float, int, str, int]] = []
     seen: set[str] = set()
     for order, hit in enumerate(passages):
-        report.passages.append({"source": numbers[hit.doc], "text": hit.text})
         for sentence in _sentences(hit.text):
             key = sentence.lower()
             if key in seen:
@@ -132,7 +133,24 @@ def research(
             covered = sum(weight[s] for s in stems if s in key)
             if covered:
                 # Covering more (and rarer) terms first; ties go to the better-ranked passage.
-                scored.append((covered + hit.score * 1e-3, -order, f"{sentence} [{numbers[hit.doc]}]"))
+                scored.append((covered + hit.score * 1e-3, -order, sentence, hit.doc))
     scored.sort(reverse=True)
-    report.answer = " ".join(text for _, _, text in scored[:max_sentences]) or report.sources[0].snippet
+    picked = [(sentence, doc) for _, _, sentence, doc in scored[:max_sentences]]
+    if not picked:  # no sentence names a term (the stemmers disagree): the best passage's first
+        first = next((s for h in ranked for s in _sentences(h.text)), None)
+        if first is None:
+            report.answer = f"No passage in the corpus ({report.documents_searched} documents) matches: {question}"
+            return report
+        picked = [(first, next(h.doc for h in ranked if first in _sentences(h.text)))]
+    # Only sources the answer cites are listed, numbered in the order the answer first cites them,
+    # and each one's snippet is the answer's own sentence from it: a whole sentence, never a cut.
+    numbers: dict[int, int] = {}
+    snippets: dict[int, str] = {}
+    for sentence, doc in picked:
+        numbers.setdefault(doc, len(numbers) + 1)
+        snippets.setdefault(doc, sentence)
+    by_doc = {hit.doc: hit for hit in ranked}
+    report.sources = [Source(n, by_doc[doc].url, by_doc[doc].title, snippets[doc]) for doc, n in numbers.items()]
+    report.passages = [{"source": numbers[h.doc], "text": h.text} for h in passages if h.doc in numbers]
+    report.answer = " ".join(f"{sentence} [{numbers[doc]}]" for sentence, doc in picked)
     return report
