@@ -27,6 +27,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import mcp_types
 
 __all__ = [
     "CallTimeout",
@@ -97,6 +101,18 @@ class Rejected(ToolscoreError):
         super().__init__(f"Call rejected by policy '{hook}': {reason}")
 
 
+class InputRequired(ToolscoreError):
+    """Not a failure: the call waits for the user's answer, which a 2026-07-28 client gives by
+    retrying the call (an input-required result carrying `requests` and the sealed `state`)."""
+
+    kind = "input_required"
+
+    def __init__(self, requests: dict[str, Any], state: str) -> None:
+        self.requests = requests
+        self.state = state
+        super().__init__("the call waits for the user's answer")
+
+
 class CallTimeout(ToolscoreError):
     """The call exceeded its timeout; the downstream was told to cancel it."""
 
@@ -123,6 +139,11 @@ class DownstreamProtocolError(DownstreamError):
     """The server answered with a JSON-RPC error or a malformed result."""
 
     kind = "protocol"
+
+    def __init__(self, message: str, *, server: str, error: mcp_types.ErrorData | None = None) -> None:
+        self.error = error
+        """The server's JSON-RPC error, if that is what it answered (passed on as such to the client)."""
+        super().__init__(message, server=server)
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,6 +35,9 @@ from pydantic import BaseModel, Field, ValidationError
 from toolscore._sdk import ReadStream, WriteStream, send_raw_request
 from toolscore._version import __version__
 from toolscore.config import ServerConfig
+from toolscore.downstream.breaker import Breaker
+from toolscore.downstream.catalog import ServerLists
+from toolscore.downstream.relay import Peer, calling_peer, no_peer_error
 from toolscore.downstream.transports import Transport
 from toolscore.errors import DownstreamProtocolError, DownstreamUnavailable
 from toolscore.types import Arguments, ProgressFn
@@ -48,6 +51,13 @@ BACKOFF_MAX = 10.0
 _LIST_PAGES_MAX = 100
 _CLIENT_INFO = mcp_types.Implementation(name="toolscore", version=__version__)
 _LOST_ERRORS = (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError)
+_LIST_CHANGES = (
+    mcp_types.ToolListChangedNotification,
+    mcp_types.ResourceListChangedNotification,
+    mcp_types.PromptListChangedNotification,
+)
+ResourceUpdatedFn = Callable[[str, str], Awaitable[None]]
+"""Told (server, the server's own URI) when a subscribed resource changes."""
 
 
 class ServerState(StrEnum):
@@ -177,6 +187,18 @@ class Downstream:
         self._client: Client | None = None
         self._lost = anyio.Event()
         self._relist = anyio.Event()
+        self.breaker = Breaker(config.breaker_failures, config.breaker_cooldown, config.health_failures)
+        """Failed health checks in a row (`toolscore.downstream.hub` runs them); open: calls fail fast."""
+        self.capabilities: mcp_types.ServerCapabilities | None = None
+        """What the server declared at its latest connection (None before the first)."""
+        self.lists = ServerLists()
+        """Its resources, resource templates and prompts, as last listed."""
+        self.subscriptions: set[str] = set()
+        """Resource URIs (the server's own) subscribed to; renewed on every reconnection."""
+        self.log_level: mcp_types.LoggingLevel | None = None
+        """The level last asked of the server with `logging/setLevel`; renewed on reconnection."""
+        self.on_resource_updated: ResourceUpdatedFn | None = None
+        self._peers: list[Peer] = []
 
     # -- status ---------------------------------------------------------------------------------
 
@@ -194,7 +216,7 @@ class Downstream:
     def unavailable_reason(self) -> str | None:
         """Why calls cannot go to this server now, or None."""
         if self._client is not None:
-            return None
+            return self.breaker.refusal(anyio.current_time())
         if self.state is ServerState.STARTING:
             return "still starting"
         reason = f"down: {self.error}" if self.error else "down"
@@ -216,11 +238,14 @@ class Downstream:
             DownstreamProtocolError: the server answered with a JSON-RPC error or a bad result.
         """
         client = self._client
-        if client is None:
+        if client is None or self.breaker.refusal(anyio.current_time()):
             raise DownstreamUnavailable(
                 f"Server '{self.name}' is not available ({self.unavailable_reason()}).", server=self.name
             )
         request = mcp_types.CallToolRequest(params=mcp_types.CallToolRequestParams(name=tool, arguments=arguments))
+        peer = calling_peer.get()
+        if peer is not None:
+            self._peers.append(peer)
         try:
             result = await client.session.send_request(request, mcp_types.CallToolResult, progress_callback=progress)
         except MCPError as exc:
@@ -234,6 +259,7 @@ class Downstream:
             raise DownstreamProtocolError(
                 f"Server '{self.name}' answered the call to '{tool}' with an error: {exc.message} (code {exc.code}).",
                 server=self.name,
+                error=exc.error,
             ) from None
         except (httpx2.TransportError, *_LOST_ERRORS) as exc:
             self._lost.set()
@@ -245,11 +271,76 @@ class Downstream:
             raise DownstreamProtocolError(
                 f"Server '{self.name}' sent a malformed result for '{tool}'.", server=self.name
             ) from None
+        finally:
+            if peer is not None:
+                self._peers.remove(peer)
         if result.meta and mcp_types.SERVER_INFO_META_KEY in result.meta:
             # A 2026-era downstream stamps its identity here; passed on, it would override ours.
             meta = {k: v for k, v in result.meta.items() if k != mcp_types.SERVER_INFO_META_KEY}
             result = result.model_copy(update={"meta": meta or None})
         return result
+
+    async def request(self, request: Any, result_type: type[Any], what: str, *, gated: bool = True) -> Any:
+        """Send any request but `tools/call` to the server and return its result.
+
+        `gated`: refused, like calls, while the circuit breaker is open; subscriptions and log levels
+        are not (they are state the server must hold whatever its health).
+
+        The server's JSON-RPC errors are raised as they came (`MCPError`), so the front passes them
+        on unchanged; the front client's peer (`calling_peer`) receives the server's requests and
+        logs meanwhile.
+
+        Raises:
+            DownstreamUnavailable: not connected, or the connection broke during the request.
+            MCPError: the server answered with an error.
+            DownstreamProtocolError: the server sent a malformed result.
+        """
+        client = self._client
+        if client is None or (gated and self.breaker.refusal(anyio.current_time())):
+            raise DownstreamUnavailable(
+                f"Server '{self.name}' is not available ({self.unavailable_reason()}).", server=self.name
+            )
+        peer = calling_peer.get()
+        if peer is not None:
+            self._peers.append(peer)
+        try:
+            return await client.session.send_request(request, result_type)
+        except MCPError as exc:
+            if exc.code != mcp_types.CONNECTION_CLOSED:
+                raise
+            self._lost.set()
+            raise DownstreamUnavailable(
+                f"Server '{self.name}' closed the connection during {what}; it is being restarted.", server=self.name
+            ) from None
+        except (httpx2.TransportError, *_LOST_ERRORS) as exc:
+            self._lost.set()
+            raise DownstreamUnavailable(
+                f"Server '{self.name}' became unreachable during {what}: {_describe(exc)}.", server=self.name
+            ) from None
+        except ValidationError:
+            raise DownstreamProtocolError(
+                f"Server '{self.name}' sent a malformed result for {what}.", server=self.name
+            ) from None
+        finally:
+            if peer is not None:
+                self._peers.remove(peer)
+
+    async def ping(self) -> str | None:
+        """A health check: None if the server answered within `ping_timeout` (or is not connected;
+        the supervisor handles that), else what went wrong."""
+        client = self._client
+        if client is None:
+            return None
+        with anyio.move_on_after(self.config.ping_timeout):
+            try:
+                await client.send_ping()
+            except MCPError as exc:  # an error answer is an answer, unless the connection closed
+                if exc.code == mcp_types.CONNECTION_CLOSED:
+                    self._lost.set()
+            except (*_LOST_ERRORS, httpx2.TransportError):
+                self._lost.set()
+            return None
+        return f"no answer to ping within {self.config.ping_timeout:g} s"
 
     def restart(self, reason: str) -> None:
         """Drop the connection now (a stdio child is killed at once); the supervisor reconnects."""
@@ -327,11 +418,19 @@ class Downstream:
                         cache=None,
                         client_info=_CLIENT_INFO,
                         message_handler=self._on_message,
+                        # Setting these is what declares sampling and elicitation to the server.
+                        sampling_callback=self._on_sampling,
+                        elicitation_callback=self._on_elicitation,
+                        logging_callback=self._on_log,
                     )
                 )
+                self.capabilities = client.server_capabilities
                 self.tools = await self._list_tools(client)
+                self.lists = await self._list_others(client)
+                await self._renew(client)
                 self._client = client
                 self.state = ServerState.UP
+                self.breaker.reset()
                 self.error = None
                 self.start_seconds = time.perf_counter() - began
                 self.connects += 1
@@ -367,6 +466,7 @@ class Downstream:
                 self._relist = anyio.Event()
                 try:
                     self.tools = await self._list_tools(client)
+                    self.lists = await self._list_others(client)
                 except MCPError as exc:
                     log.warning("re-listing tools failed", server=self.name, error=_describe(exc))
                     continue
@@ -375,8 +475,11 @@ class Downstream:
             self.error = "connection closed"
 
     async def _on_message(self, message: IncomingMessage) -> None:
-        if isinstance(message, mcp_types.ToolListChangedNotification):
+        if isinstance(message, _LIST_CHANGES):
             self._relist.set()  # re-list in the connection's task, not inside the message loop
+        elif isinstance(message, mcp_types.ResourceUpdatedNotification):
+            if self.on_resource_updated is not None:
+                await self.on_resource_updated(self.name, str(message.params.uri))
         elif isinstance(message, Exception):
             log.debug("transport error", server=self.name, error=_describe(message))
 
@@ -403,3 +506,81 @@ class Downstream:
             if cursor is None:
                 break
         return tuple(tools)
+
+    # -- what the server asks of the client, and its logs ----------------------------------------
+
+    def _peer(self) -> Peer | None:
+        return self._peers[-1] if self._peers else None
+
+    async def _on_sampling(
+        self, context: Any, params: mcp_types.CreateMessageRequestParams
+    ) -> mcp_types.CreateMessageResult | mcp_types.CreateMessageResultWithTools | mcp_types.ErrorData:
+        peer = self._peer()
+        return no_peer_error(self.name, "a sampling request") if peer is None else await peer.sample(self.name, params)
+
+    async def _on_elicitation(
+        self, context: Any, params: mcp_types.ElicitRequestParams
+    ) -> mcp_types.ElicitResult | mcp_types.ErrorData:
+        peer = self._peer()
+        return no_peer_error(self.name, "an elicitation") if peer is None else await peer.elicit(self.name, params)
+
+    async def _on_log(self, params: mcp_types.LoggingMessageNotificationParams) -> None:
+        peer = self._peer()
+        if peer is None:  # no client request to tie it to: the gateway's own log keeps it
+            log.info("server log", server=self.label, level=params.level, logger=params.logger, data=params.data)
+            return
+        await peer.log(self.name, params)
+
+    # -- resources, templates and prompts ------------------------------------------------------
+
+    async def _list_others(self, client: Client) -> ServerLists:
+        """Every page of resources, templates and prompts the server declared; a failing list is empty."""
+        caps = client.server_capabilities
+        resources: list[mcp_types.Resource] = []
+        templates: list[mcp_types.ResourceTemplate] = []
+        prompts: list[mcp_types.Prompt] = []
+        if caps.resources is not None:
+            resources = await self._pages(
+                client, "resources", mcp_types.ListResourcesRequest, mcp_types.ListResourcesResult
+            )
+            templates = await self._pages(
+                client,
+                "resource_templates",
+                mcp_types.ListResourceTemplatesRequest,
+                mcp_types.ListResourceTemplatesResult,
+            )
+        if caps.prompts is not None:
+            prompts = await self._pages(client, "prompts", mcp_types.ListPromptsRequest, mcp_types.ListPromptsResult)
+        return ServerLists(
+            tuple(resources), tuple(templates), tuple(prompts), serves_resources=caps.resources is not None
+        )
+
+    async def _pages(self, client: Client, key: str, request_type: Any, result_type: Any) -> list[Any]:
+        found: list[Any] = []
+        cursor: str | None = None
+        try:
+            for _ in range(_LIST_PAGES_MAX):
+                params = mcp_types.PaginatedRequestParams(cursor=cursor) if cursor else None
+                page = await client.session.send_request(request_type(params=params), result_type)
+                found.extend(getattr(page, key))
+                cursor = page.next_cursor
+                if cursor is None:
+                    break
+        except (MCPError, ValidationError) as exc:
+            log.warning("listing failed", server=self.label, what=key, error=_describe(exc))
+        return found
+
+    async def _renew(self, client: Client) -> None:
+        """After a (re)connection: the log level and subscriptions asked of the previous one."""
+        try:
+            if self.log_level is not None and client.server_capabilities.logging is not None:
+                await client.session.send_request(
+                    mcp_types.SetLevelRequest(params=mcp_types.SetLevelRequestParams(level=self.log_level)),
+                    mcp_types.EmptyResult,
+                )
+            for uri in sorted(self.subscriptions):
+                await client.session.send_request(
+                    mcp_types.SubscribeRequest(params=mcp_types.SubscribeRequestParams(uri=uri)), mcp_types.EmptyResult
+                )
+        except (MCPError, ValidationError) as exc:
+            log.warning("renewing subscriptions failed", server=self.label, error=_describe(exc))

@@ -23,8 +23,11 @@ from anyio.abc import TaskGroup
 from mcp.server import Server
 
 from toolscore.config import Config, ServerConfig
-from toolscore.downstream.connection import Downstream, ServerStatus
+from toolscore.downstream.breaker import Verdict
+from toolscore.downstream.catalog import Catalog, build_catalog
+from toolscore.downstream.connection import Downstream, ServerState, ServerStatus
 from toolscore.downstream.registry import Registry, build_registry
+from toolscore.downstream.relay import calling_peer
 from toolscore.downstream.transports import MemoryTransport, Transport, transport_for
 from toolscore.errors import DownstreamUnavailable, UsageError
 from toolscore.types import Arguments, ProgressFn
@@ -34,11 +37,35 @@ __all__ = ["DownstreamHub", "open_hub"]
 log = structlog.get_logger("toolscore.hub")
 
 ToolsChangedListener = Callable[[], Awaitable[None]]
+CatalogListener = Callable[[frozenset[str]], Awaitable[None]]
+"""Told which of "resources" and "prompts" changed."""
+UpdateListener = Callable[[str], Awaitable[None]]
+"""Told the public URI of a resource its server says changed."""
 _REAP_INTERVAL = 5.0
 
 
 async def _nothing() -> None:
     """Tool-list changes of a per-client instance: the shared instance already reports them."""
+
+
+async def _check_health(downstream: Downstream) -> None:
+    """Ping `downstream` every `health_interval` seconds while it is up, and act on the breaker's
+    verdict: fail calls fast while it is open, restart the server after too many failures."""
+    interval = downstream.config.health_interval
+    if interval is None:
+        return
+    breaker = downstream.breaker
+    while True:
+        await anyio.sleep(breaker.next_check_in(anyio.current_time(), interval))
+        if downstream.state is not ServerState.UP:
+            continue  # down or starting: the supervisor is on it
+        breaker.checking(anyio.current_time())
+        problem = await downstream.ping()
+        verdict = breaker.record(problem, anyio.current_time())
+        if verdict is Verdict.OPENED:
+            log.warning("server unhealthy; calls fail fast", server=downstream.label, problem=problem)
+        elif verdict is Verdict.RESTART:
+            downstream.restart(f"{breaker.failures} health checks in a row failed ({problem})")
 
 
 @dataclass(eq=False)
@@ -59,6 +86,9 @@ class DownstreamHub:
     ) -> None:
         self.config = config
         self.registry: Registry = Registry()
+        self.catalog: Catalog = Catalog()
+        self._catalog_listeners: list[CatalogListener] = []
+        self._update_listeners: list[UpdateListener] = []
         self._log_dir = log_dir
         self._memory_servers = dict(memory_servers or {})
         self._listeners: list[ToolsChangedListener] = []
@@ -87,13 +117,64 @@ class DownstreamHub:
                 max_message_bytes=self.config.settings.max_result_bytes,
                 label=label or server.name,
             )
-        return Downstream(
+        downstream = Downstream(
             server,
             transport,
             connect_timeout=self.config.server_connect_timeout(server.name),
             on_tools_changed=on_tools_changed,
             label=label,
         )
+        downstream.on_resource_updated = self._resource_updated
+        return downstream
+
+    def add_catalog_listener(self, listener: CatalogListener) -> None:
+        """Call `listener(kinds)` whenever the exposed resources or prompts change."""
+        self._catalog_listeners.append(listener)
+
+    def add_update_listener(self, listener: UpdateListener) -> None:
+        """Call `listener(public_uri)` whenever a subscribed resource changes."""
+        self._update_listeners.append(listener)
+
+    async def _resource_updated(self, server: str, uri: str) -> None:
+        public = self.catalog.public_uri(server, uri)
+        for listener in self._update_listeners:
+            await listener(public)
+
+    def capable(self, capability: str) -> bool:
+        """Whether some connected server declared `capability` (`resources`, `prompts`, `completions`,
+        `logging`, or `subscribe` for resource subscriptions)."""
+        for downstream in self.downstreams.values():
+            caps = downstream.capabilities
+            if caps is None or downstream.state is not ServerState.UP:  # an open breaker keeps them declared
+                continue
+            if capability == "subscribe":
+                if caps.resources is not None and caps.resources.subscribe:
+                    return True
+            elif getattr(caps, capability, None) is not None:
+                return True
+        return False
+
+    def shared(self, server: str) -> Downstream | None:
+        """The connection every client shares to `server` (None if not configured)."""
+        return self.downstreams.get(server)
+
+    async def request(self, server: str, request: Any, result_type: type[Any], what: str, *, caller: str | None) -> Any:
+        """Send a request other than `tools/call` to `server`, on `caller`'s instance if isolated.
+
+        Raises what `Downstream.request` raises.
+        """
+        downstream = self.downstreams.get(server)
+        if downstream is None:
+            raise DownstreamUnavailable(f"Server '{server}' is not configured.", server=server)
+        if downstream.config.isolation != "session":
+            return await downstream.request(request, result_type, what)
+        instance = await self._instance(downstream.config, caller or "anonymous")
+        instance.calls += 1
+        try:
+            return await instance.downstream.request(request, result_type, what)
+        finally:
+            instance.calls -= 1
+            instance.used = time.monotonic()
 
     def add_listener(self, listener: ToolsChangedListener) -> None:
         """Call `listener` whenever the set of exposed tools changes."""
@@ -180,8 +261,14 @@ class DownstreamHub:
         self._stop(min(idle)[1], "evicted to make room")
 
     async def _run_instance(self, instance: _Instance) -> None:
+        # Started from inside the client's first call, this task copied that call's context. The
+        # front client it names must not live as long as the instance: its collection is what
+        # tells the reaper that the client left.
+        calling_peer.set(None)
         with instance.scope:
-            await instance.downstream.run()
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(_check_health, instance.downstream)
+                tg.start_soon(instance.downstream.run)
 
     def _stop(self, key: tuple[str, str], why: str) -> None:
         instance = self._instances.pop(key, None)
@@ -211,8 +298,9 @@ class DownstreamHub:
     async def _rebuild(self) -> None:
         # A server that was up once and is down now keeps its last tools routed (not listed), so
         # a call to one answers "restarting, retry in ..." rather than "unknown tool".
-        known = [d for d in self.downstreams.values() if d.unavailable_reason() is None or d.connects > 0]
-        down = {d.name for d in known if d.unavailable_reason() is not None}
+        # Connection state, not `unavailable_reason`: an open breaker keeps the tools listed.
+        known = [d for d in self.downstreams.values() if d.state is ServerState.UP or d.connects > 0]
+        down = {d.name for d in known if d.state is not ServerState.UP}
         registry = build_registry({d.name: d.tools for d in known}, self.config, down=down)
         for problem in registry.problems:
             if problem not in self._problems:
@@ -222,9 +310,27 @@ class DownstreamHub:
             t.model_dump(by_alias=True) for t in self.registry.tools()
         ]
         self.registry = registry
+        catalog = build_catalog({d.name: d.lists for d in known}, self.config, down=down)
+        for problem in catalog.problems:
+            if problem not in self._problems:
+                log.warning("resource or prompt not exposed as listed", problem=problem)
+        self._problems |= set(catalog.problems)
+        kinds = frozenset(
+            kind
+            for kind, old, new in (
+                ("resources", self.catalog.listed_resources(), catalog.listed_resources()),
+                ("resources", self.catalog.listed_templates(), catalog.listed_templates()),
+                ("prompts", self.catalog.listed_prompts(), catalog.listed_prompts()),
+            )
+            if old != new
+        )
+        self.catalog = catalog
         if changed and not self._closing:
             for listener in self._listeners:
                 await listener()
+        if kinds and not self._closing:
+            for catalog_listener in self._catalog_listeners:
+                await catalog_listener(kinds)
 
 
 @asynccontextmanager
@@ -248,6 +354,7 @@ async def open_hub(
         hub._task_group = tg
         for downstream in hub.downstreams.values():
             tg.start_soon(downstream.run, name=f"downstream:{downstream.name}")
+            tg.start_soon(_check_health, downstream, name=f"downstream:{downstream.name}:health")
         tg.start_soon(hub._reap, name="downstream:reaper")
         try:
             with anyio.move_on_after(config.settings.startup_grace_seconds):

@@ -25,6 +25,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from toolscore.config import HttpSettings
 from toolscore.errors import ConfigError
 from toolscore.front.callers import PRINCIPAL_SCOPE_KEY
+from toolscore.front.http_input import check_body
 
 __all__ = ["TOKEN_ENV", "BearerToken", "HttpExposure", "HttpGuard", "is_loopback", "resolve_exposure"]
 
@@ -213,10 +214,19 @@ class HttpGuard:
     page or without the token never reaches the MCP layer, and its body is never read.
     """
 
-    def __init__(self, app: ASGIApp, *, security: TransportSecuritySettings, token: BearerToken | None) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        security: TransportSecuritySettings,
+        token: BearerToken | None,
+        public: frozenset[str] = frozenset(),
+    ) -> None:
         self._app = app
         self._hosts = TransportSecurityMiddleware(security)  # the SDK's own Host/Origin rules
         self._token = token
+        self._public = public
+        """Exact paths served without the token (static pages holding no data), after the Host/Origin check."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -230,7 +240,12 @@ class HttpGuard:
         if refused is None and scope["path"].startswith("/.well-known/"):
             # OAuth discovery probes (mcp-remote sends them): a clean "no OAuth here".
             refused = JSONResponse({"error": "not_found"}, status_code=404)
-        if refused is None and self._token is not None and not self._authorized(request, self._token):
+        if (
+            refused is None
+            and self._token is not None
+            and scope["path"] not in self._public
+            and not self._authorized(request, self._token)
+        ):
             refused = _unauthorized()
         if refused is not None:
             await refused(scope, receive, send)
@@ -238,7 +253,10 @@ class HttpGuard:
         if self._token is not None:
             # Who holds the token: per-client state of stateless (2026-07-28) requests is keyed by it.
             scope[PRINCIPAL_SCOPE_KEY] = "bearer"
-        await self._app(scope, receive, send)
+        if not scope["path"].startswith("/mcp"):  # the gateway's own pages (/metrics, /ui) read their own bodies
+            await self._app(scope, receive, send)
+            return
+        await check_body(self._app, scope, receive, send)  # JSON-RPC errors the SDK would not send
 
     @staticmethod
     def _authorized(request: Request, token: BearerToken) -> bool:

@@ -6,21 +6,27 @@ import contextlib
 import signal
 import socket
 import sys
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager
 
 import anyio
 import structlog
 import uvicorn
 from mcp.server.stdio import stdio_server
+from starlette.types import ASGIApp
 
+from toolscore.front.console import PUBLIC_PATHS
+from toolscore.front.events import BoundedEventStore
 from toolscore.front.http import HttpExposure, HttpGuard
+from toolscore.front.routes import PathRoutes
 from toolscore.front.server import FrontServer
 from toolscore.front.stdio import pollable, stdio_transport
 
 __all__ = ["listen_sockets", "serve_http", "serve_stdio"]
 
 log = structlog.get_logger("toolscore")
+RETRY_INTERVAL_MS = 1000
+"""How long an HTTP client waits before resuming a lost SSE stream (the SSE `retry` field)."""
 
 
 @asynccontextmanager
@@ -98,6 +104,7 @@ async def serve_http(
     max_request_bytes: int,
     banner: str = "",
     sockets: list[socket.socket] | None = None,
+    pages: Mapping[str, ASGIApp] | None = None,
 ) -> None:
     """Serve streamable HTTP on `http(s)://host:port/mcp` until SIGTERM/SIGINT.
 
@@ -110,11 +117,22 @@ async def serve_http(
         banner: What is served, for the start-up line (e.g. "69 tools from 6 server(s)").
         sockets: Already listening on `host`:`port` (`listen_sockets`); uvicorn closes them at the end.
             Without them uvicorn binds, and a port in use ends the process from inside uvicorn.
+        pages: The gateway's own pages beside `/mcp` by exact path (`/metrics`), behind the same guard.
     """
     app = server.streamable_http_app(
-        host=host, transport_security=exposure.security, max_request_body_size=max_request_bytes
+        host=host,
+        transport_security=exposure.security,
+        max_request_body_size=max_request_bytes,
+        # SSE streams carry event ids and a retry hint, so a client that loses one resumes it.
+        event_store=BoundedEventStore(),
+        retry_interval=RETRY_INTERVAL_MS,
     )
-    guarded = HttpGuard(app, security=exposure.security, token=exposure.token)
+    guarded = HttpGuard(
+        PathRoutes(app, pages) if pages else app,
+        security=exposure.security,
+        token=exposure.token,
+        public=PUBLIC_PATHS & set(pages or ()),
+    )
     config = uvicorn.Config(
         guarded,
         host=host,

@@ -1,0 +1,338 @@
+"""The front's resources, resource templates, prompts and completion, from every downstream.
+
+Lists come from the hub's catalog (`downstream/catalog.py` says how URIs and names are
+namespaced). A read, a prompt and a completion go to the server that owns the URI, prompt or
+template, with the front client as the peer its server's requests and logs go to. A read goes
+through the engine as the pseudo-tool `resources/read` of its server, so policy, deadlines and
+the audit log apply to it as to a tool call. A downstream's JSON-RPC error reaches the client
+unchanged; a gateway failure is a JSON-RPC error naming the server.
+
+Subscriptions are counted per public URI and front connection: the first subscriber subscribes
+downstream, the last to leave (or to disconnect) unsubscribes, and the connection renews them
+when its server restarts. `resources/updated` goes to the connections subscribed to that URI;
+`list_changed` goes to every handshake-era connection and to 2026-07-28 listeners.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import mcp_types
+import structlog
+from jsonschema.validators import validator_for
+from mcp import MCPError
+from mcp.server import Server, ServerRequestContext
+from mcp.server.session import ServerSession
+from mcp.server.subscriptions import InMemorySubscriptionBus, PromptsListChanged, ResourcesListChanged, ResourceUpdated
+
+from toolscore._engine import ToolExecutionEngine
+from toolscore._sdk import connection_of
+from toolscore.downstream.catalog import Catalog
+from toolscore.downstream.hub import DownstreamHub
+from toolscore.downstream.registry import Route
+from toolscore.downstream.relay import Peer, calling_peer
+from toolscore.errors import DownstreamProtocolError, DownstreamUnavailable, Rejected, ToolscoreError
+from toolscore.front.callers import Callers
+
+__all__ = ["READ_TOOL", "install_catalog"]
+
+log = structlog.get_logger("toolscore.catalog")
+
+READ_TOOL = "resources/read"
+"""The pseudo-tool a resource read is audited and checked by policy as, per server."""
+_READ_SCHEMA: dict[str, Any] = {"type": "object", "properties": {"uri": {"type": "string"}}, "required": ["uri"]}
+_READ_VALIDATOR = validator_for(_READ_SCHEMA)(_READ_SCHEMA)
+
+PeerFor = Callable[[ServerRequestContext[Any]], Peer]
+MAX_SUBSCRIPTIONS = 1024
+"""Resource subscriptions one client connection may hold: each is a downstream request and state."""
+
+
+def _not_found(uri: str) -> MCPError:
+    return MCPError(mcp_types.INVALID_PARAMS, "Resource not found", data={"uri": uri})
+
+
+def _failure(exc: ToolscoreError) -> MCPError:
+    """A JSON-RPC error for a gateway-side failure: the server's own error where it sent one."""
+    if isinstance(exc, DownstreamProtocolError) and exc.error is not None:
+        return MCPError.from_error_data(exc.error)
+    if isinstance(exc, Rejected):
+        return MCPError(mcp_types.INVALID_REQUEST, str(exc))
+    return MCPError(mcp_types.INTERNAL_ERROR, str(exc))
+
+
+def _read_route(hub: DownstreamHub, server: str) -> Route:
+    separator = hub.config.settings.separator
+    tool = mcp_types.Tool(name=READ_TOOL, input_schema=_READ_SCHEMA)
+    return Route(
+        READ_TOOL,
+        server,
+        READ_TOOL,
+        tool,
+        _READ_VALIDATOR,
+        canonical=f"{server}{separator}{READ_TOOL}",
+        local_name=READ_TOOL,
+    )
+
+
+class _Subscriptions:
+    """Which front connections subscribed to which public URI."""
+
+    def __init__(self) -> None:
+        self.by_uri: dict[str, dict[int, ServerSession]] = {}
+        self.held: dict[int, int] = {}
+        """Subscriptions per connection."""
+
+    def add(self, uri: str, ctx: ServerRequestContext[Any]) -> tuple[bool, bool]:
+        """Record a subscription; whether it is the URI's first, and this connection's first to it."""
+        connection = connection_of(ctx.session)
+        subscribers = self.by_uri.setdefault(uri, {})
+        first = not subscribers
+        new = id(connection) not in subscribers
+        if new and self.held.get(id(connection), 0) >= MAX_SUBSCRIPTIONS:
+            if first:
+                del self.by_uri[uri]
+            raise MCPError(mcp_types.INVALID_REQUEST, f"at most {MAX_SUBSCRIPTIONS} resource subscriptions per client")
+        subscribers[id(connection)] = ctx.session
+        if new:
+            self.held[id(connection)] = self.held.get(id(connection), 0) + 1
+        return first, new
+
+    def remove(self, uri: str, key: int) -> bool:
+        """Drop a subscription; True if it was the URI's last."""
+        subscribers = self.by_uri.get(uri)
+        if subscribers is None or subscribers.pop(key, None) is None:
+            return False
+        if (held := self.held.get(key, 1) - 1) > 0:
+            self.held[key] = held
+        else:
+            self.held.pop(key, None)
+        if not subscribers:
+            del self.by_uri[uri]
+            return True
+        return False
+
+
+def install_catalog(
+    server: Server[Any],
+    hub: DownstreamHub,
+    engine: ToolExecutionEngine,
+    callers: Callers,
+    sessions: dict[int, ServerSession],
+    bus: InMemorySubscriptionBus,
+    peer_for: PeerFor,
+) -> None:
+    """Register the resource, prompt and completion handlers on `server`, and the hub listeners."""
+    subscriptions = _Subscriptions()
+
+    def catalog() -> Catalog:
+        return hub.catalog
+
+    def owner(uri: str) -> tuple[str, str]:
+        found = catalog().route_uri(uri)
+        if found is None:
+            raise _not_found(uri)
+        return found
+
+    async def list_resources(
+        ctx: ServerRequestContext[Any], params: mcp_types.PaginatedRequestParams | None
+    ) -> mcp_types.ListResourcesResult:
+        return mcp_types.ListResourcesResult(resources=catalog().listed_resources())
+
+    async def list_templates(
+        ctx: ServerRequestContext[Any], params: mcp_types.PaginatedRequestParams | None
+    ) -> mcp_types.ListResourceTemplatesResult:
+        return mcp_types.ListResourceTemplatesResult(resource_templates=catalog().listed_templates())
+
+    async def read_resource(
+        ctx: ServerRequestContext[Any], params: mcp_types.ReadResourceRequestParams
+    ) -> mcp_types.ReadResourceResult:
+        uri = str(params.uri)
+        name, original = owner(uri)
+        caller = callers.identify(ctx)
+        what = f"the read of '{uri}'"
+
+        async def invoke() -> mcp_types.CallToolResult:
+            request = mcp_types.ReadResourceRequest(params=mcp_types.ReadResourceRequestParams(uri=original))
+            try:
+                result: mcp_types.ReadResourceResult = await hub.request(
+                    name, request, mcp_types.ReadResourceResult, what, caller=caller
+                )
+            except MCPError as exc:
+                raise DownstreamProtocolError(
+                    f"Server '{name}' answered {what} with an error: {exc.message} (code {exc.code}).",
+                    server=name,
+                    error=exc.error,
+                ) from None
+            blocks: list[mcp_types.ContentBlock] = []
+            for contents in result.contents:
+                public = catalog().public_uri(name, str(contents.uri))
+                blocks.append(
+                    mcp_types.EmbeddedResource(type="resource", resource=contents.model_copy(update={"uri": public}))
+                )
+            return mcp_types.CallToolResult(content=blocks, _meta=result.meta)
+
+        peer = peer_for(ctx)
+        token = calling_peer.set(peer)
+        try:
+            outcome = await engine.execute(
+                READ_TOOL,
+                {"uri": original},
+                request_id=ctx.request_id,
+                session_id=caller,
+                route=_read_route(hub, name),
+                invoke=invoke,
+            )
+        finally:
+            calling_peer.reset(token)
+            peer.detach()  # the request is over: the peer must not outlive it
+        if outcome.error is not None:
+            raise _failure(outcome.error)
+        if outcome.result.is_error:  # a post hook answered in the read's place
+            text = " ".join(b.text for b in outcome.result.content if isinstance(b, mcp_types.TextContent))
+            raise MCPError(mcp_types.INTERNAL_ERROR, text or f"{what} failed")
+        contents = [b.resource for b in outcome.result.content if isinstance(b, mcp_types.EmbeddedResource)]
+        return mcp_types.ReadResourceResult(contents=contents, _meta=outcome.result.meta)
+
+    async def subscribe(
+        ctx: ServerRequestContext[Any], params: mcp_types.SubscribeRequestParams
+    ) -> mcp_types.EmptyResult:
+        uri = str(params.uri)
+        name, original = owner(uri)
+        downstream = hub.shared(name)
+        if downstream is None:  # pragma: no cover - the catalog only routes to configured servers
+            raise _not_found(uri)
+        connection = connection_of(ctx.session)
+        first, new = subscriptions.add(uri, ctx)
+        if new:  # a client that disconnects leaves its subscriptions
+            connection.exit_stack.push_async_callback(leave, uri, id(connection))
+        if first:
+            try:
+                await pass_on(name, original, subscribe=True)
+            except MCPError:
+                subscriptions.remove(uri, id(connection))
+                raise
+        return mcp_types.EmptyResult()
+
+    async def unsubscribe(
+        ctx: ServerRequestContext[Any], params: mcp_types.UnsubscribeRequestParams
+    ) -> mcp_types.EmptyResult:
+        await leave(str(params.uri), id(connection_of(ctx.session)))
+        return mcp_types.EmptyResult()
+
+    async def leave(uri: str, key: int) -> None:
+        if subscriptions.remove(uri, key) and (found := catalog().route_uri(uri)) is not None:
+            await pass_on(*found, subscribe=False)
+
+    async def pass_on(name: str, original: str, *, subscribe: bool) -> None:
+        downstream = hub.shared(name)
+        assert downstream is not None
+        if subscribe:
+            downstream.subscriptions.add(original)
+            request: Any = mcp_types.SubscribeRequest(params=mcp_types.SubscribeRequestParams(uri=original))
+        else:
+            downstream.subscriptions.discard(original)
+            request = mcp_types.UnsubscribeRequest(params=mcp_types.UnsubscribeRequestParams(uri=original))
+        try:
+            await downstream.request(request, mcp_types.EmptyResult, request.method, gated=False)
+        except DownstreamUnavailable:
+            pass  # renewed when the server is back
+        except MCPError:
+            if subscribe:
+                downstream.subscriptions.discard(original)
+                raise
+
+    async def updated(uri: str) -> None:
+        for session in list(subscriptions.by_uri.get(uri, {}).values()):
+            try:
+                await session.send_resource_updated(uri)
+            except Exception as exc:  # a peer that went away must not stop the others
+                log.debug("resources/updated not delivered", error=str(exc))
+        await bus.publish(ResourceUpdated(uri=uri))
+
+    async def changed(kinds: frozenset[str]) -> None:
+        for session in list(sessions.values()):
+            try:
+                if "resources" in kinds:
+                    await session.send_resource_list_changed()
+                if "prompts" in kinds:
+                    await session.send_prompt_list_changed()
+            except Exception as exc:
+                log.debug("list_changed not delivered", error=str(exc))
+        if "resources" in kinds:
+            await bus.publish(ResourcesListChanged())
+        if "prompts" in kinds:
+            await bus.publish(PromptsListChanged())
+
+    async def list_prompts(
+        ctx: ServerRequestContext[Any], params: mcp_types.PaginatedRequestParams | None
+    ) -> mcp_types.ListPromptsResult:
+        return mcp_types.ListPromptsResult(prompts=catalog().listed_prompts())
+
+    async def get_prompt(
+        ctx: ServerRequestContext[Any], params: mcp_types.GetPromptRequestParams
+    ) -> mcp_types.GetPromptResult:
+        route = catalog().prompts.get(params.name)
+        if route is None:
+            raise MCPError(mcp_types.INVALID_PARAMS, f"Unknown prompt: {params.name}")
+        given = params.arguments or {}
+        missing = [a.name for a in route.prompt.arguments or () if a.required and a.name not in given]
+        if missing:
+            raise MCPError(
+                mcp_types.INVALID_PARAMS, f"Prompt '{params.name}' is missing required arguments: {', '.join(missing)}"
+            )
+        request = mcp_types.GetPromptRequest(
+            params=mcp_types.GetPromptRequestParams(name=route.remote_name, arguments=params.arguments)
+        )
+        result: mcp_types.GetPromptResult = await forward(
+            ctx, route.server, request, mcp_types.GetPromptResult, f"prompt '{params.name}'"
+        )
+        return result
+
+    async def complete(
+        ctx: ServerRequestContext[Any], params: mcp_types.CompleteRequestParams
+    ) -> mcp_types.CompleteResult:
+        ref = params.ref
+        new_ref: mcp_types.PromptReference | mcp_types.ResourceTemplateReference
+        if isinstance(ref, mcp_types.PromptReference):
+            prompt = catalog().prompts.get(ref.name)
+            if prompt is None:
+                raise MCPError(mcp_types.INVALID_PARAMS, f"Unknown prompt: {ref.name}")
+            name, new_ref = prompt.server, ref.model_copy(update={"name": prompt.remote_name})
+        else:
+            found = catalog().route_template(ref.uri) or catalog().route_uri(ref.uri)
+            if found is None:
+                raise MCPError(mcp_types.INVALID_PARAMS, f"Unknown resource template: {ref.uri}")
+            name, new_ref = found[0], ref.model_copy(update={"uri": found[1]})
+        request = mcp_types.CompleteRequest(params=params.model_copy(update={"ref": new_ref, "meta": None}))
+        result: mcp_types.CompleteResult = await forward(ctx, name, request, mcp_types.CompleteResult, "a completion")
+        return result
+
+    async def forward(
+        ctx: ServerRequestContext[Any], name: str, request: Any, result_type: type[Any], what: str
+    ) -> Any:
+        peer = peer_for(ctx)
+        token = calling_peer.set(peer)
+        try:
+            return await hub.request(name, request, result_type, what, caller=callers.identify(ctx))
+        except ToolscoreError as exc:
+            raise _failure(exc) from None
+        finally:
+            calling_peer.reset(token)
+            peer.detach()  # the request is over: the peer must not outlive it
+
+    handlers: list[tuple[str, type[Any], Any]] = [
+        ("resources/list", mcp_types.PaginatedRequestParams, list_resources),
+        ("resources/templates/list", mcp_types.PaginatedRequestParams, list_templates),
+        ("resources/read", mcp_types.ReadResourceRequestParams, read_resource),
+        ("resources/subscribe", mcp_types.SubscribeRequestParams, subscribe),
+        ("resources/unsubscribe", mcp_types.UnsubscribeRequestParams, unsubscribe),
+        ("prompts/list", mcp_types.PaginatedRequestParams, list_prompts),
+        ("prompts/get", mcp_types.GetPromptRequestParams, get_prompt),
+        ("completion/complete", mcp_types.CompleteRequestParams, complete),
+    ]
+    for method, params_type, handler in handlers:
+        server.add_request_handler(method, params_type, handler)
+    hub.add_update_listener(updated)
+    hub.add_catalog_listener(changed)

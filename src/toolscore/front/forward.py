@@ -1,0 +1,220 @@
+"""What a downstream asks of the front client during a request: sampling, elicitation, logs.
+
+Handshake era (up to 2025-11-25): each is sent to the client that made the request, tied to that
+request (`related_request_id`), only if the client declared the capability; otherwise the
+downstream gets a JSON-RPC error saying why. A 2026-07-28 client has no back-channel: the
+downstream gets the same kind of error. Log messages are tagged with the server
+(`logger: "<server>/<logger>"`) and filtered by the client's own `logging/setLevel`; the
+downstreams are asked for the level a client set last.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import mcp_types
+import structlog
+from mcp import MCPError
+from mcp.server import Server, ServerRequestContext
+from mcp.shared.message import ServerMessageMetadata
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+from toolscore._sdk import connection_of
+from toolscore.downstream.connection import ServerState
+from toolscore.downstream.hub import DownstreamHub
+from toolscore.downstream.relay import Peer, no_peer_error
+
+__all__ = ["FrontPeer", "LogLevels", "install_logging"]
+
+log = structlog.get_logger("toolscore.forward")
+
+LEVELS: tuple[mcp_types.LoggingLevel, ...] = (
+    "debug",
+    "info",
+    "notice",
+    "warning",
+    "error",
+    "critical",
+    "alert",
+    "emergency",
+)
+_SAMPLING = mcp_types.ClientCapabilities(sampling=mcp_types.SamplingCapability())
+_ELICITATION = mcp_types.ClientCapabilities(elicitation=mcp_types.ElicitationCapability())
+
+
+class LogLevels:
+    """Each front connection's `logging/setLevel`, forgotten when the connection closes."""
+
+    def __init__(self) -> None:
+        self._levels: dict[int, mcp_types.LoggingLevel] = {}
+
+    def set(self, ctx: ServerRequestContext[Any], level: mcp_types.LoggingLevel) -> None:
+        """Remember `level` for the connection of `ctx`."""
+        connection = connection_of(ctx.session)
+        if id(connection) not in self._levels:
+            connection.exit_stack.callback(self._levels.pop, id(connection), None)
+        self._levels[id(connection)] = level
+
+    def allows(self, ctx: ServerRequestContext[Any], level: str) -> bool:
+        """Whether a message at `level` reaches the client of `ctx`.
+
+        Handshake era: all do before a `logging/setLevel`. 2026-07-28: only requests that opt in
+        with `_meta["io.modelcontextprotocol/logLevel"]` get logs, at or above that level.
+        """
+        if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+            wanted = (ctx.meta or {}).get(mcp_types.LOG_LEVEL_META_KEY)
+            if wanted not in LEVELS:
+                return False
+        else:
+            wanted = self._levels.get(id(connection_of(ctx.session)))
+        if wanted is None or level not in LEVELS:
+            return True
+        return LEVELS.index(level) >= LEVELS.index(wanted)
+
+
+SamplingPolicy = Callable[[str], str]
+"""A server's `sampling` option: `allow`, `deny` or `confirm`."""
+_CONFIRM_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"confirm": {"type": "boolean", "title": "Allow this request"}},
+    "required": ["confirm"],
+}
+_PREVIEW_CHARS = 200
+
+
+def _preview(params: mcp_types.CreateMessageRequestParams) -> str:
+    """The last text the server wants sent to the model, shortened, for the user to judge."""
+    for message in reversed(params.messages):
+        blocks = message.content if isinstance(message.content, list) else [message.content]
+        for block in blocks:
+            if isinstance(block, mcp_types.TextContent):
+                text = block.text
+                return text if len(text) <= _PREVIEW_CHARS else text[:_PREVIEW_CHARS] + "…"
+    return "(no text)"
+
+
+class FrontPeer(Peer):
+    """The front client of one request, as the downstreams serving it see it."""
+
+    def __init__(
+        self, ctx: ServerRequestContext[Any], levels: LogLevels, sampling: SamplingPolicy | None = None
+    ) -> None:
+        self._ctx: ServerRequestContext[Any] | None = ctx
+        self._levels = levels
+        self._sampling = sampling
+
+    def detach(self) -> None:
+        """The front request ended: later downstream requests get an error, and the client is not kept alive.
+
+        (asyncio keeps a cancelled deadline's timer, and with it the request's context and this
+        peer, until the deadline would have passed; the session must not live that long.)
+        """
+        self._ctx = None
+
+    def _refusal(self, server: str, what: str, capability: str) -> mcp_types.ErrorData:
+        return mcp_types.ErrorData(
+            code=mcp_types.MISSING_REQUIRED_CLIENT_CAPABILITY,
+            message=f"the client using server '{server}' through toolscore cannot answer {what}: it did not "
+            f"declare the '{capability}' capability",
+        )
+
+    async def _ask(self, ctx: ServerRequestContext[Any], request: Any, result_type: type[Any]) -> Any:
+        try:
+            return await ctx.session.send_request(
+                request, result_type, metadata=ServerMessageMetadata(related_request_id=ctx.request_id)
+            )
+        except MCPError as exc:  # the client refused, failed, or has no back-channel (2026-07-28)
+            return exc.error
+
+    async def sample(
+        self, server: str, params: mcp_types.CreateMessageRequestParams
+    ) -> mcp_types.CreateMessageResult | mcp_types.CreateMessageResultWithTools | mcp_types.ErrorData:
+        """Forward a sampling request to the client, if it declared sampling."""
+        ctx = self._ctx
+        if ctx is None:
+            return no_peer_error(server, "a sampling request")
+        policy = self._sampling(server) if self._sampling is not None else "allow"
+        if policy == "deny":
+            return mcp_types.ErrorData(
+                code=mcp_types.INVALID_REQUEST,
+                message=f"sampling by server '{server}' is denied by the gateway's configuration",
+            )
+        if not ctx.session.check_client_capability(_SAMPLING):
+            return self._refusal(server, "a sampling request", "sampling")
+        if policy == "confirm" and not await self._confirmed(ctx, server, params):
+            return mcp_types.ErrorData(
+                code=mcp_types.INVALID_REQUEST,
+                message=f"the user did not allow the sampling request of server '{server}'",
+            )
+        result_type = mcp_types.CreateMessageResultWithTools if params.tools else mcp_types.CreateMessageResult
+        answer: mcp_types.CreateMessageResult | mcp_types.CreateMessageResultWithTools | mcp_types.ErrorData
+        answer = await self._ask(ctx, mcp_types.CreateMessageRequest(params=params), result_type)
+        return answer
+
+    async def _confirmed(
+        self, ctx: ServerRequestContext[Any], server: str, params: mcp_types.CreateMessageRequestParams
+    ) -> bool:
+        """Whether the user lets `server` use their model for this request (no, if it cannot be asked)."""
+        if not ctx.session.check_client_capability(_ELICITATION):
+            return False
+        question = mcp_types.ElicitRequestFormParams(
+            message=f"Server '{server}' asks to use your model (up to {params.max_tokens} tokens) with: "
+            f"{_preview(params)}",
+            requested_schema=_CONFIRM_SCHEMA,
+        )
+        answer = await self._ask(ctx, mcp_types.ElicitRequest(params=question), mcp_types.ElicitResult)
+        return (
+            isinstance(answer, mcp_types.ElicitResult)
+            and answer.action == "accept"
+            and (answer.content or {}).get("confirm") is True
+        )
+
+    async def elicit(
+        self, server: str, params: mcp_types.ElicitRequestParams
+    ) -> mcp_types.ElicitResult | mcp_types.ErrorData:
+        """Forward an elicitation to the client, if it declared elicitation."""
+        ctx = self._ctx
+        if ctx is None:
+            return no_peer_error(server, "an elicitation")
+        if not ctx.session.check_client_capability(_ELICITATION):
+            return self._refusal(server, "an elicitation", "elicitation")
+        answer: mcp_types.ElicitResult | mcp_types.ErrorData
+        answer = await self._ask(ctx, mcp_types.ElicitRequest(params=params), mcp_types.ElicitResult)
+        return answer
+
+    async def log(self, server: str, params: mcp_types.LoggingMessageNotificationParams) -> None:
+        """Forward a log message, tagged with its server, if the client's level lets it through."""
+        ctx = self._ctx
+        if ctx is None or not self._levels.allows(ctx, params.level):
+            return
+        logger = server if not params.logger else f"{server}/{params.logger}"
+        notification = mcp_types.LoggingMessageNotification(
+            params=mcp_types.LoggingMessageNotificationParams(level=params.level, logger=logger, data=params.data)
+        )
+        try:
+            await ctx.session.send_notification(notification, related_request_id=ctx.request_id)
+        except Exception as exc:  # a client gone or without a back-channel: the log is not worth an error
+            log.debug("log message not delivered", server=server, error=str(exc))
+
+
+def install_logging(server: Server[Any], hub: DownstreamHub, levels: LogLevels) -> None:
+    """Serve `logging/setLevel` (it declares `logging`): remember it per client, pass it downstream."""
+
+    async def set_level(
+        ctx: ServerRequestContext[Any], params: mcp_types.SetLevelRequestParams
+    ) -> mcp_types.EmptyResult:
+        levels.set(ctx, params.level)
+        for downstream in hub.downstreams.values():
+            downstream.log_level = params.level
+            caps = downstream.capabilities
+            if caps is None or caps.logging is None or downstream.state is not ServerState.UP:
+                continue
+            request = mcp_types.SetLevelRequest(params=mcp_types.SetLevelRequestParams(level=params.level))
+            try:
+                await downstream.request(request, mcp_types.EmptyResult, "logging/setLevel", gated=False)
+            except Exception as exc:  # one server's refusal must not fail the client's request
+                log.info("logging/setLevel not passed on", server=downstream.name, error=str(exc))
+        return mcp_types.EmptyResult()
+
+    server.add_request_handler("logging/setLevel", mcp_types.SetLevelRequestParams, set_level)
