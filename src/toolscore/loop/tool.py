@@ -1,0 +1,345 @@
+"""The `delegate` front tool: one task in, one answer out, the whole loop run by the gateway.
+
+A separate tool rather than a mode of `orchestrate`: the two take different arguments (a task,
+not a plan), answer differently (a final answer, not `<result>`s) and have different costs (a
+model's turns, not one plan), so each keeps one input schema and one contract a model can read,
+and policy can allow one without the other.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import mcp_types
+
+from toolscore._engine import ToolExecutionEngine, error_result
+from toolscore.config import Config, ModelConfig, state_dir
+from toolscore.errors import PlanProblem
+from toolscore.loop.agent import AgentLoop, LoopState, TaskOutcome
+from toolscore.loop.contract import system_prompt
+from toolscore.loop.execute import PlanContext
+from toolscore.loop.limits import Limits, describe
+from toolscore.loop.models import (
+    AnthropicModel,
+    InputRequiredModel,
+    ModelClient,
+    OpenAICompatibleModel,
+    SamplingModel,
+    SendRequest,
+)
+from toolscore.loop.store import DurableEpisodes, EpisodeDB, episode_to_dict, owner_of
+from toolscore.loop.trajectory import TrajectoryLog
+from toolscore.plan.check import shorthand_table
+from toolscore.plan.nodes import CheckedPlan
+from toolscore.plan.tool import EpisodeStore
+from toolscore.types import ProgressFn, ToolSource
+
+__all__ = ["DELEGATE", "Delegator", "trajectory_path"]
+
+DELEGATE = "delegate"
+_ANTHROPIC = "https://api.anthropic.com"
+_MAX_TASK = 64 * 1024
+_PENDING = "pending"
+"""Store kind of tasks paused for the client's model (2026-07-28 sampling)."""
+_TURN = "turn"
+"""The key of the model's turn in our input-required results."""
+
+_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "task": {"type": "string", "description": "What to do, in words: the loop runs until it has the answer."},
+        "servers": {
+            "type": "array",
+            "items": {"type": "string"},
+            "description": "Only these servers' tools (default: all).",
+        },
+        "max_steps": {"type": "integer", "minimum": 1, "description": "Most model turns (capped by the config)."},
+        "max_actions_per_step": {"type": "integer", "minimum": 1, "description": "Most actions per <step goal>."},
+        "budget": {"type": "number", "exclusiveMinimum": 0, "description": "Wall-time budget in seconds (capped)."},
+    },
+    "required": ["task"],
+    "additionalProperties": False,
+}
+
+
+def trajectory_path(config: Config) -> Path | None:
+    """Where the config puts the trajectory log (None: off)."""
+    path = config.settings.loop.trajectories
+    if path == "":
+        return None
+    return Path(path).expanduser() if path else state_dir() / "trajectories.jsonl"
+
+
+def _episodes_path(config: Config) -> Path | str:
+    path = config.settings.loop.episodes_db
+    if path == "":
+        return ":memory:"
+    return Path(path).expanduser() if path else state_dir() / "episodes.sqlite3"
+
+
+def _configured(model: ModelConfig, http: httpx2.AsyncClient) -> ModelClient:
+    if model.provider == "anthropic":
+        return AnthropicModel(http, url=model.url or _ANTHROPIC, model=model.model, api_key=model.api_key)
+    assert model.url is not None  # the config requires it for this provider
+    return OpenAICompatibleModel(http, url=model.url, model=model.model, api_key=model.api_key)
+
+
+class Delegator:
+    """Runs `delegate` tasks; one per gateway."""
+
+    def __init__(
+        self,
+        *,
+        tools: ToolSource,
+        engine: ToolExecutionEngine,
+        config: Config,
+        contract: Callable[[], str],
+        policy: Callable[[CheckedPlan], list[PlanProblem]] | None = None,
+        refusal: str | None = None,
+        plan_episodes: EpisodeStore | None = None,
+    ) -> None:
+        """Args:
+        contract: The plan language as `orchestrate` describes it now (live shorthands and servers).
+        refusal: Why policy forbids `delegate`, if it does.
+        plan_episodes: `orchestrate`'s episodes, kept in the same store (`durable`) across restarts.
+        """
+        self._tools = tools
+        self._config = config
+        self._settings = config.settings.loop
+        self._contract = contract
+        self.refusal = refusal
+        self._ctx = PlanContext(
+            tools=tools,
+            engine=engine,
+            limits=config.settings.plan,
+            shorthands=shorthand_table([(s.name, s.shorthands) for s in config.enabled_servers]),
+            policy=policy,
+            max_argument_bytes=config.settings.max_request_bytes,
+        )
+        self.log = TrajectoryLog(trajectory_path(config))
+        self.store = EpisodeDB(_episodes_path(config), ttl_seconds=self._settings.episode_ttl_seconds)
+        self.durable = DurableEpisodes(self.store, plan_episodes) if plan_episodes is not None else None
+        self._http: httpx2.AsyncClient | None = None
+
+    def tool(self) -> mcp_types.Tool:
+        """The tool definition."""
+        model = self._config.settings.model
+        who = "your own model (sampling)" + (f", else {model.provider} {model.model}" if model else "")
+        return mcp_types.Tool(
+            name=DELEGATE,
+            title="Run a whole task with tools",
+            description=(
+                f"Hand over a task: toolscore runs the agent loop with {who}, calling tools as the model writes "
+                f"them, and answers with the final answer and why it stopped. Servers: "
+                f"{', '.join(self._tools.registry.servers) or 'none'}."
+            ),
+            input_schema=_SCHEMA,
+            annotations=mcp_types.ToolAnnotations(read_only_hint=False, open_world_hint=True),
+        )
+
+    @property
+    def has_model(self) -> bool:
+        """Whether servers.json configures a model (else only clients that sample can delegate)."""
+        return self._config.settings.model is not None
+
+    async def aclose(self) -> None:
+        """Close the model endpoint's connections and the episode store."""
+        if self._http is not None:
+            await self._http.aclose()
+        self.store.close()
+
+    def _client(self, timeout: float) -> httpx2.AsyncClient:
+        # One client for every task, made on first use: building one costs 60-120 ms (its TLS
+        # context), and its pool keeps the endpoint's connection open from turn to turn.
+        if self._http is None:
+            self._http = httpx2.AsyncClient(timeout=httpx2.Timeout(30.0, read=timeout))
+        return self._http
+
+    def _limits(self, args: dict[str, Any]) -> Limits:
+        s = self._settings
+        turns = args.get("max_steps")
+        actions = args.get("max_actions_per_step")
+        budget = args.get("budget")
+        return Limits(
+            max_turns=min(turns, s.max_turns) if isinstance(turns, int) and turns > 0 else s.max_turns,
+            wall_seconds=min(float(budget), s.wall_seconds)
+            if isinstance(budget, int | float) and budget > 0
+            else s.wall_seconds,
+            result_bytes=s.result_bytes,
+            tokens=s.tokens,
+            server_calls=s.server_calls,
+            max_actions_per_step=min(actions, s.max_actions_per_step)
+            if isinstance(actions, int) and actions > 0
+            else s.max_actions_per_step,
+            max_tokens_per_turn=s.max_tokens_per_turn,
+        )
+
+    async def __call__(
+        self,
+        arguments: dict[str, Any] | None,
+        *,
+        progress: ProgressFn | None = None,
+        caller: str | None = None,
+        sampler: SendRequest | None = None,
+        input_sampling: bool = False,
+        input_responses: dict[str, Any] | None = None,
+        request_state: str | None = None,
+        on_event: Callable[[str, Any], None] | None = None,
+    ) -> mcp_types.CallToolResult | mcp_types.InputRequiredResult:
+        """Run one task for `caller`: with the client's own model if it can sample, else the configured one.
+
+        Args:
+            sampler: Sends `sampling/createMessage` to the client (handshake era).
+            input_sampling: The client samples through input-required results (2026-07-28 era).
+            input_responses, request_state: A retried call's answers to our input-required result.
+        """
+        args = arguments or {}
+        task, servers = args.get("task"), args.get("servers")
+        if not isinstance(task, str) or not task.strip():
+            return error_result("delegate takes {'task': string, 'servers'?: [string], 'max_steps'?: integer, ...}.")
+        if len(task) > _MAX_TASK:
+            return error_result(f"the task is longer than {_MAX_TASK} characters")
+        if self.refusal is not None:
+            return error_result(f"Call rejected by policy 'tools': {self.refusal}")
+        if request_state is not None:
+            return await self._resume(task, request_state, input_responses, progress, caller, on_event)
+        registry = self._tools.registry
+        allowed: frozenset[str] | None = None
+        if servers is not None:
+            if not isinstance(servers, list) or not all(isinstance(s, str) for s in servers):
+                return error_result("'servers' must be a list of server names")
+            unknown = sorted(set(servers) - set(registry.servers))
+            if unknown:
+                return error_result(
+                    f"unknown server(s): {', '.join(unknown)}; connected: {', '.join(registry.servers)}"
+                )
+            allowed = frozenset(servers)
+        catalog = [
+            (r.server, r.remote_name, r.tool)
+            for r in registry.routes.values()
+            if r.server not in registry.down and (allowed is None or r.server in allowed)
+        ]
+        system = system_prompt(self._contract(), catalog)
+        configured = self._config.settings.model
+        model: ModelClient
+        if sampler is not None:
+            model = SamplingModel(sampler)
+        elif input_sampling:
+            model = InputRequiredModel()
+        elif configured is not None:
+            model = _configured(configured, self._client(configured.timeout))
+        else:
+            return error_result(
+                "delegate needs a model: this client cannot answer sampling requests, and servers.json sets no "
+                "toolscore.model (docs/agent-loop.md)"
+            )
+        limits = self._limits(args)
+        loop = AgentLoop(
+            ctx=self._ctx,
+            model=model,
+            system=system,
+            limits=limits,
+            log=self.log,
+            progress=progress,
+            caller=caller,
+            servers=allowed,
+            on_event=on_event,
+        )
+        outcome = await loop.run(task)
+        return await self._finish(outcome, task, system, limits, allowed, caller)
+
+    async def _resume(
+        self,
+        task: str,
+        request_state: str,
+        input_responses: dict[str, Any] | None,
+        progress: ProgressFn | None,
+        caller: str | None,
+        on_event: Callable[[str, Any], None] | None,
+    ) -> mcp_types.CallToolResult | mcp_types.InputRequiredResult:
+        """Go on with a paused task: the client's model has answered the turn we asked for."""
+        owner = owner_of(caller or "")
+        # The state is a random id into our own store, never data the client could forge.
+        data = await self.store.get(_PENDING, request_state[:64], owner) if len(request_state) <= 64 else None
+        if data is None or data.get("task") != task:
+            return error_result("this task's requestState is unknown or has expired: call delegate again without it")
+        await self.store.delete(_PENDING, request_state, owner)  # each state is resumed once
+        answer = (input_responses or {}).get(_TURN)
+        if answer is None:
+            return error_result(f"the retried call has no inputResponses['{_TURN}'] (the model's turn)")
+        limits = Limits(**data["limits"])
+        allowed = frozenset(data["servers"]) if data["servers"] is not None else None
+        loop = AgentLoop(
+            ctx=self._ctx,
+            model=InputRequiredModel(answer),
+            system=data["system"],
+            limits=limits,
+            log=self.log,
+            progress=progress,
+            caller=caller,
+            servers=allowed,
+            on_event=on_event,
+        )
+        outcome = await loop.run(task, resume=LoopState.from_dict(data["state"], limits))
+        return await self._finish(outcome, task, data["system"], limits, allowed, caller)
+
+    async def _finish(
+        self,
+        outcome: TaskOutcome,
+        task: str,
+        system: str,
+        limits: Limits,
+        allowed: frozenset[str] | None,
+        caller: str | None,
+    ) -> mcp_types.CallToolResult | mcp_types.InputRequiredResult:
+        owner = owner_of(caller or "")
+        if outcome.pending is not None and outcome.state is not None:
+            ident = secrets.token_hex(16)
+            paused = {
+                "task": task,
+                "system": system,
+                "limits": asdict(limits),
+                "servers": sorted(allowed) if allowed is not None else None,
+                "state": outcome.state.to_dict(),
+            }
+            await self.store.put(_PENDING, ident, owner, paused)
+            return mcp_types.InputRequiredResult(input_requests={_TURN: outcome.pending}, request_state=ident)
+        # The task's steps stay referenceable: `orchestrate` with this episode id continues from them.
+        await self.store.put("plan", outcome.episode.id, owner, episode_to_dict(outcome.episode))
+        await self.store.put(
+            "delegate",
+            outcome.episode.id,
+            owner,
+            {
+                "task": task,
+                "stop_reason": outcome.stop_reason,
+                "answer": outcome.answer,
+                "turns": outcome.turns,
+                "plan": episode_to_dict(outcome.episode),
+            },
+        )
+        reason = describe(outcome.stop_reason, limits)
+        structured = {
+            "episode": outcome.episode.id,
+            "answer": outcome.answer,
+            "stop_reason": outcome.stop_reason,
+            "turns": outcome.turns,
+            "tokens": outcome.tokens,
+            "result_bytes": outcome.result_bytes,
+            "error": outcome.error,
+        }
+        solved = outcome.stop_reason in ("answer", "implicit_answer")
+        text = outcome.answer if solved and outcome.answer is not None else reason
+        if outcome.error:
+            text += f": {outcome.error}"
+        header = f'<task episode="{outcome.episode.id}" turns="{outcome.turns}" stop="{outcome.stop_reason}" />'
+        return mcp_types.CallToolResult(
+            content=[mcp_types.TextContent(text=f"{header}\n{text}")],
+            structured_content=structured,
+            is_error=not solved,
+        )

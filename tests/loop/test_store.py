@@ -1,0 +1,88 @@
+"""The SQLite episode store: expiry, owners, a restart, and plan episodes round-tripped."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+import pytest
+from mcp import Client
+
+from tests.conftest import text
+from tests.fixtures.scripted_model import scripted_model
+from tests.loop.conftest import loop_gateway
+from toolscore.loop.store import EpisodeDB, episode_from_dict, episode_to_dict
+from toolscore.plan.run import Episode, StepRecord
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_records_survive_a_restart_and_stay_with_their_caller(tmp_path: Path) -> None:
+    db = EpisodeDB(tmp_path / "e.sqlite3", ttl_seconds=60)
+    await db.put("plan", "ep1", "alice", {"x": 1})
+    db.close()
+    again = EpisodeDB(tmp_path / "e.sqlite3", ttl_seconds=60)
+    assert await again.get("plan", "ep1", "alice") == {"x": 1}
+    assert await again.get("plan", "ep1", "mallory") is None
+    await again.delete("plan", "ep1", "alice")
+    assert await again.get("plan", "ep1", "alice") is None
+    again.close()
+
+
+async def test_expired_records_are_gone(tmp_path: Path) -> None:
+    db = EpisodeDB(":memory:", ttl_seconds=0.001)
+    await db.put("plan", "old", "a", {"x": 1})
+    await anyio.sleep(0.01)
+    assert await db.get("plan", "old", "a") is None
+    await db.purge()
+    db.ttl = 60
+    await db.put("plan", "new", "a", {"y": "\u00e9"})
+    assert await db.get("plan", "new", "a") == {"y": "\u00e9"}
+    db.close()
+
+
+def test_plan_episode_round_trip() -> None:
+    episode = Episode("abc", next_step=3)
+    episode.steps[1] = StepRecord(1, "s", "fx", "echo", status="ok", text="hi", json={"a": 1}, ms=1.5, attempts=1)
+    episode.steps[2] = StepRecord(2, None, "fx", "fail", status="error", error="boom", on_error="continue")
+    episode.ids.update({"s": 1, "blk": None})
+    episode.block_values["blk"] = {"s": {"status": "ok"}}
+    back = episode_from_dict(episode_to_dict(episode))
+    assert back.id == "abc" and back.next_step == 3
+    assert back.lookup("s") == episode.lookup("s")
+    assert back.lookup(2) == episode.lookup(2)
+    assert back.steps[2].on_error == "continue"
+    assert back.lookup("blk") == {"s": {"status": "ok"}}
+
+
+async def test_orchestrate_episodes_survive_a_gateway_restart(tmp_path: Path) -> None:
+    async with loop_gateway(tmp_path, None) as (gw, _sink), Client(gw.server) as client:
+        first = await client.call_tool("orchestrate", {"plan": '<fx><echo id="e">{"text": "kept"}</echo></fx>'})
+        assert first.structured_content is not None
+        episode = first.structured_content["episode"]
+    async with loop_gateway(tmp_path, None) as (gw, _sink), Client(gw.server) as client:
+        later = await client.call_tool(
+            "orchestrate", {"plan": '<fx><echo>{"text": "${e.text} again"}</echo></fx>', "episode": episode}
+        )
+        assert not later.is_error, text(later)
+        assert "kept again" in text(later)
+        done = await client.call_tool("orchestrate", {"plan": "<answer>x</answer>", "episode": episode})
+        assert not done.is_error
+    async with loop_gateway(tmp_path, None) as (gw, _sink), Client(gw.server) as client:
+        gone = await client.call_tool(
+            "orchestrate", {"plan": '<fx><echo>{"text": "${e.text}"}</echo></fx>', "episode": episode}
+        )
+        assert gone.is_error and "unknown or has expired" in text(gone)
+
+
+async def test_orchestrate_continues_a_delegated_task(tmp_path: Path) -> None:
+    turns = ['<fx><echo id="found">{"text": "from the task"}</echo></fx><execute_tools />', "<answer>ok</answer>"]
+    with scripted_model(turns) as model:
+        async with loop_gateway(tmp_path, model.url) as (gw, _sink), Client(gw.server) as client:
+            task = await client.call_tool("delegate", {"task": "t"})
+            assert task.structured_content is not None
+            episode = task.structured_content["episode"]
+            more = await client.call_tool(
+                "orchestrate", {"plan": '<fx><echo>{"text": "${found.text}!"}</echo></fx>', "episode": episode}
+            )
+    assert "from the task!" in text(more)
