@@ -1,0 +1,194 @@
+"""Capability calls over two real search servers (SDK, subprocesses) with different latencies and
+failure patterns: first_success cancels the loser, all merges, fallback keeps order, and the
+order learns from the audit stream."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mcp import Client
+
+from tests.conftest import FIXTURES, TOOLSCORE, make_config, running_gateway, text, wait_for, write_config
+from toolscore import Gateway, MemoryAuditSink
+
+pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
+
+SEARCH_SERVER = str(FIXTURES / "search_server.py")
+
+
+def engine(state: Path, name: str, latency: float, **extra: Any) -> dict[str, Any]:
+    env = {"SEARCH_ENGINE": name, "SEARCH_LATENCY": str(latency), "SEARCH_STATE_DIR": str(state)}
+    env.update(extra.pop("env", {}))
+    return {"command": sys.executable, "args": [SEARCH_SERVER], "env": env, **extra}
+
+
+@asynccontextmanager
+async def engines(
+    tmp_path: Path, fast: float = 0.05, slow: float = 5.0, *, strategy: str = "first_success", **alpha: Any
+) -> AsyncIterator[tuple[Gateway, MemoryAuditSink]]:
+    """alpha (fast, `query`) and beta (slow, `q`, mapped from `query`), both tagged `search`."""
+    config = make_config(
+        {
+            "alpha": engine(tmp_path, "alpha", fast, capabilities={"web_search": ["search"]}, **alpha),
+            "beta": engine(
+                tmp_path,
+                "beta",
+                slow,
+                env={"SEARCH_QUERY_ARG": "q"},
+                capabilities={"web_search": ["search"]},
+                argument_maps={"web_search": {"query": "q"}},
+            ),
+        },
+        toolscore={"startup_grace_seconds": None, "toolhub": {"capabilities": {"search": {"strategy": strategy}}}},
+    )
+    async with running_gateway(config, tmp_path) as pair:
+        yield pair
+
+
+async def test_first_success_answers_with_the_fast_server_and_cancels_the_slow_one(tmp_path: Path) -> None:
+    async with engines(tmp_path) as (gw, audit), Client(gw.server) as client:
+        listed = {t.name for t in (await client.list_tools()).tools}
+        assert "call_capability" in listed
+        result = await client.call_tool("call_capability", {"capability": "search", "arguments": {"query": "mcp"}})
+        assert not result.is_error
+        assert "alpha.test" in text(result) and "beta.test" not in text(result)
+        note = result.content[-1].text  # type: ignore[union-attr]
+        assert "alpha__web_search ok" in note and "beta__web_search cancelled" in note
+        # The slow server saw its call cancelled: the marker is written by the downstream itself.
+        await wait_for(lambda: (tmp_path / "cancelled-beta").exists())
+        assert not (tmp_path / "done-beta").exists()
+        # Both candidate calls are ordinary engine calls: one audit record each, the loser's cancelled.
+        kinds = {r.tool: r.error_kind for r in audit.records}
+        assert kinds == {"alpha__web_search": None, "beta__web_search": "cancelled"}
+        # Each got the arguments its schema names (beta's `q` through its argument map).
+        names = {r.tool: r.argument_names for r in audit.records}
+        assert names == {"alpha__web_search": ("query",), "beta__web_search": ("q",)}
+
+
+async def test_all_merges_deduplicates_and_keeps_every_source(tmp_path: Path) -> None:
+    async with engines(tmp_path, slow=0.2, strategy="all") as (gw, _), Client(gw.server) as client:
+        result = await client.call_tool("call_capability", {"capability": "search", "arguments": {"query": "mcp"}})
+        assert not result.is_error, text(result)
+        items = result.structured_content["items"]  # type: ignore[index]
+        # 3 results each, 2 of them the same (one by URL spelled differently, one by identical text).
+        assert len(items) == 4
+        by_url = {i.get("url"): i for i in items}
+        assert by_url["https://example.org/mcp"]["sources"] == ["alpha__web_search", "beta__web_search"]
+        assert by_url["https://alpha.test/mcp"]["sources"] == ["alpha__web_search"]
+        assert by_url["https://beta.test/mcp"]["sources"] == ["beta__web_search"]
+        same = next(i for i in items if "url" not in i)
+        assert same["sources"] == ["alpha__web_search", "beta__web_search"]
+        assert "from: alpha__web_search, beta__web_search" in text(result)
+
+
+async def test_fallback_goes_in_order_and_stops_at_the_first_success(tmp_path: Path) -> None:
+    async with engines(tmp_path, slow=0.05, strategy="fallback") as (gw, audit), Client(gw.server) as client:
+        args = {"capability": "search", "arguments": {"query": "mcp"}}
+        first = await client.call_tool("call_capability", args)
+        assert "alpha.test" in text(first)
+        assert not (tmp_path / "done-beta").exists()  # never reached
+        (tmp_path / "fail-alpha").write_text("")
+        second = await client.call_tool("call_capability", args)
+        assert "beta.test" in text(second)
+        assert [r.tool for r in audit.records] == ["alpha__web_search", "alpha__web_search", "beta__web_search"]
+        candidates = second.meta["toolscore/capability"]["candidates"]  # type: ignore[index]
+        assert [(c["tool"], c["status"]) for c in candidates] == [
+            ("alpha__web_search", "failed"),
+            ("beta__web_search", "ok"),
+        ]
+
+
+async def test_a_failing_server_moves_down_and_back_up_once_it_recovers(tmp_path: Path) -> None:
+    async with (
+        engines(tmp_path, slow=0.1, strategy="all", priority=5) as (gw, _),
+        Client(gw.server) as client,
+    ):
+        assert gw.toolhub is not None
+
+        def order() -> list[str]:
+            assert gw.toolhub is not None
+            return [t.route.server for t in gw.toolhub.ranked("search")]
+
+        args = {"capability": "search", "arguments": {"query": "mcp"}}
+        assert order() == ["alpha", "beta"]  # untried: priority decides
+        (tmp_path / "fail-alpha").write_text("")
+        for _ in range(2):
+            result = await client.call_tool("call_capability", args)
+            assert not result.is_error  # beta still answers
+        assert order() == ["beta", "alpha"]
+        (tmp_path / "fail-alpha").unlink()
+        for _ in range(3):
+            await client.call_tool("call_capability", args)
+        assert order() == ["alpha", "beta"]  # healthy again, and the faster
+
+
+async def test_a_candidate_whose_schema_cannot_be_met_is_skipped_visibly(tmp_path: Path) -> None:
+    config = make_config(
+        {
+            "alpha": engine(tmp_path, "alpha", 0.0, capabilities=["search"]),
+            "beta": engine(tmp_path, "beta", 0.0, env={"SEARCH_QUERY_ARG": "q"}, capabilities=["search"]),
+        }
+    )
+    async with running_gateway(config, tmp_path) as (gw, _), Client(gw.server) as client:
+        result = await client.call_tool(
+            "call_capability", {"capability": "search", "arguments": {"query": "mcp"}, "strategy": "all"}
+        )
+        meta = result.meta["toolscore/capability"]  # type: ignore[index]
+        statuses = {c["tool"]: (c["status"], c.get("reason", "")) for c in meta["candidates"]}
+        assert statuses["alpha__web_search"][0] == "ok"
+        assert statuses["beta__web_search"][0] == "skipped" and "'q'" in statuses["beta__web_search"][1]
+        # `calculate` has no `query`: skipped too, never called.
+        assert statuses["alpha__calculate"][0] == "skipped"
+        assert "beta__web_search skipped (needs 'q'" in result.content[-1].text  # type: ignore[union-attr]
+
+
+async def test_near_equal_tools_on_two_servers_are_one_capability(tmp_path: Path) -> None:
+    config = make_config({"alpha": engine(tmp_path, "alpha", 0.0), "beta": engine(tmp_path, "beta", 0.3)})
+    async with running_gateway(config, tmp_path) as (gw, _), Client(gw.server) as client:
+        result = await client.call_tool(
+            "call_capability", {"capability": "calculate", "arguments": {"expression": "2+2"}}
+        )
+        assert text(result) == "4 (by alpha)"
+        found = json.loads(text(await client.call_tool("search_tools", {"query": "calculate arithmetic"})))
+        assert [f["name"] for f in found if "calculate" in f["name"]] == ["alpha__calculate"]
+        assert found[0]["same_as"] == ["beta__calculate"] and found[0]["capability"] == "calculate"
+
+
+def test_the_cli_lists_the_tools_of_a_capability_best_first(tmp_path: Path) -> None:
+    path = write_config(
+        tmp_path,
+        {
+            "alpha": engine(tmp_path, "alpha", 0.0, capabilities={"web_search": ["search"]}),
+            "beta": engine(tmp_path, "beta", 0.0, capabilities={"web_search": ["search"]}, priority=2),
+        },
+    )
+    listed = subprocess.run(
+        [TOOLSCORE, "tools", "--capability", "search", "--config", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert listed.returncode == 0, listed.stderr
+    lines = listed.stdout.splitlines()
+    assert [line.split()[0] for line in lines] == ["beta__web_search", "alpha__web_search"]  # priority first
+    # both take `query`: near-equal, so `web_search` is a capability of its own too
+    assert lines[0].endswith("[read-only, search, web, web_search]")
+    as_json = subprocess.run(
+        [TOOLSCORE, "tools", "--capability", "math", "--json", "--config", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert [t["name"] for t in json.loads(as_json.stdout)] == ["beta__calculate", "alpha__calculate"]
+    unknown = subprocess.run(
+        [TOOLSCORE, "tools", "--capability", "nope", "--config", str(path)], capture_output=True, text=True, timeout=60
+    )
+    assert unknown.returncode == 1 and "no tool has capability 'nope'" in unknown.stderr
+    assert "search" in unknown.stderr and "Traceback" not in unknown.stderr
