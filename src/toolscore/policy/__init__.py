@@ -36,6 +36,7 @@ from toolscore.policy.redact import RedactingAuditSink, Redactor
 from toolscore.policy.results import result_rules
 from toolscore.policy.scope import resolve_scopes
 from toolscore.policy.static import StaticRules
+from toolscore.state import SharedState
 
 __all__ = ["Policy", "RedactingAuditSink", "build_policy"]
 
@@ -63,18 +64,21 @@ class Policy:
         return [] if self.static is None else self.static.plan_problems(plan)
 
 
-def build_policy(config: Config) -> Policy:
-    """Compose the constraint hooks once, from the config (an empty policy when constraints are off)."""
+def build_policy(config: Config, *, state: SharedState | None = None) -> Policy:
+    """Compose the constraint hooks once, from the config (an empty policy when constraints are off).
+
+    `state`: where rate-limit buckets and concurrency slots live when replicas share them (`toolscore.state`).
+    """
     constraints = config.constraints
     if not constraints.enabled:
         return Policy()
     scopes = resolve_scopes(config)
     static = StaticRules(scopes)
     # The composition table: the built-in rules of each phase, in the order they run.
-    pre: tuple[PreExecutionHook, ...] = _on(static, rate_limits(scopes), mark_batchable(scopes))
+    pre: tuple[PreExecutionHook, ...] = _on(static, rate_limits(scopes, state), mark_batchable(scopes))
     wrap: tuple[WrapHook, ...] = _on(
         single_flight(scopes),  # outermost: a call that shares another's result takes no concurrency slot
-        concurrency_cap(scopes),
+        concurrency_cap(scopes, state),
     )
     post: tuple[PostExecutionHook, ...] = _on(result_rules(scopes))
     # Plugins run after the built-in checks, inside the built-in wraps (they see only calls that

@@ -1,8 +1,13 @@
-"""Flow control around the downstream call: concurrency caps per server, and single-flight batching."""
+"""Flow control around the downstream call: concurrency caps per server, and single-flight batching.
+
+With `toolscore.state` set, the caps hold across replicas (slots in Redis, `state/`); batching
+stays per replica.
+"""
 
 from __future__ import annotations
 
 import json
+import secrets
 
 import anyio
 import mcp_types
@@ -10,6 +15,7 @@ import mcp_types
 from toolscore._engine import CallNext, ExecutionContext
 from toolscore.errors import Rejected
 from toolscore.policy.scope import PerServer, Scope
+from toolscore.state import SlotStore
 
 __all__ = [
     "ConcurrencyCap",
@@ -20,17 +26,23 @@ __all__ = [
     "single_flight",
 ]
 
+_REPLICA = secrets.token_hex(6)
+"""Tells this process's slot holders from another replica's (call ids repeat across processes)."""
+_LEASE_MARGIN = 5.0
+
 
 class ConcurrencyCap:
     """Wrap: at most `per_server` calls running per server, `queue` more waiting, the rest refused."""
 
     name = "concurrency"
 
-    def __init__(self, caps: dict[str, tuple[int, int]]) -> None:
+    def __init__(self, caps: dict[str, tuple[int, int]], *, store: SlotStore | None = None) -> None:
         """Args:
         caps: Server -> (calls running at most, calls waiting at most); other servers are not capped.
+        store: Shared slots (Redis): the caps hold for all replicas together; None: in this process.
         """
         self._caps = caps
+        self._store = store
         self._limiters = {server: anyio.CapacityLimiter(cap) for server, (cap, _) in caps.items()}
         self._waiting = dict.fromkeys(caps, 0)
 
@@ -39,11 +51,25 @@ class ConcurrencyCap:
         if server not in self._limiters:
             return await call_next(ctx)
         limiter, (cap, queue) = self._limiters[server], self._caps[server]
-        if limiter.available_tokens == 0 and self._waiting[server] >= queue:
-            raise Rejected(
+
+        def full() -> Rejected:
+            return Rejected(
                 f"server '{server}' is at its concurrency limit ({cap} running, {queue} waiting); try again shortly",
                 hook="concurrency",
             )
+
+        if self._store is not None:
+            holder = f"{_REPLICA}:{ctx.call_id}"
+            # The engine cancels the call at its deadline: the lease outlives it only if the replica died.
+            lease = (ctx.timeout or 0.0) + _LEASE_MARGIN
+            if not await self._store.acquire_slot(server, cap, queue, holder, lease):
+                raise full()
+            try:
+                return await call_next(ctx)
+            finally:
+                await self._store.release_slot(server, holder)
+        if limiter.available_tokens == 0 and self._waiting[server] >= queue:
+            raise full()
         try:
             limiter.acquire_nowait()  # a free slot: this call never counts as waiting
         except anyio.WouldBlock:
@@ -106,14 +132,14 @@ class SingleFlight:
             done.set()
 
 
-def concurrency_cap(scopes: PerServer[Scope]) -> ConcurrencyCap | None:
+def concurrency_cap(scopes: PerServer[Scope], store: SlotStore | None = None) -> ConcurrencyCap | None:
     """The `concurrency` hook, when any server is capped (its own section, else the global one)."""
     caps = {
         server: (c.per_server, c.queue)
         for server, scope in scopes.servers.items()
         if (c := scope.rules.concurrency).per_server is not None
     }
-    return ConcurrencyCap(caps) if caps else None
+    return ConcurrencyCap(caps, store=store) if caps else None
 
 
 def mark_batchable(scopes: PerServer[Scope]) -> MarkBatchable | None:

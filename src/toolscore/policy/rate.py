@@ -1,7 +1,12 @@
-"""Rate limits: token buckets per tool, server or client session; a call finding its bucket empty is refused."""
+"""Rate limits: token buckets per tool, server or client session; a call finding its bucket empty is refused.
+
+The buckets live in this process, or, with `toolscore.state` set, in Redis (`state/`), where every
+replica takes from the same ones.
+"""
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -13,6 +18,7 @@ from toolscore._glob import matches
 from toolscore.config import RateLimit
 from toolscore.errors import Rejected
 from toolscore.policy.scope import PerServer, Scope
+from toolscore.state import TokenStore
 
 __all__ = ["RateLimits", "TokenBucket", "rate_limits"]
 
@@ -53,12 +59,23 @@ class RateLimits:
 
     name = "rate_limits"
 
-    def __init__(self, limits: Sequence[RateLimit], *, clock: Callable[[], float] = anyio.current_time) -> None:
+    def __init__(
+        self,
+        limits: Sequence[RateLimit],
+        *,
+        clock: Callable[[], float] = anyio.current_time,
+        store: TokenStore | None = None,
+    ) -> None:
         """Args:
         limits: The configured limits, in order.
         clock: Seconds on a monotonic clock (tests pass their own).
+        store: Shared buckets (Redis); None keeps them in this process.
         """
         self._limits = tuple(limits)
+        self._store = store
+        # A shared bucket is named by what its limit says, not its position: replicas whose
+        # configs list limits in another order (or differ) never share a bucket by accident.
+        self._ids = tuple(hashlib.sha256(limit.model_dump_json().encode()).hexdigest()[:16] for limit in self._limits)
         self._clock = clock
         self._buckets: dict[tuple[int, str], TokenBucket] = {}  # (limit, tool/server/session) -> its bucket
         self._prune_at = _PRUNE_FLOOR
@@ -69,11 +86,14 @@ class RateLimits:
             if not matches(ctx.tool, limit.match):
                 continue
             key = {"tool": ctx.tool, "server": ctx.server or "", "session": ctx.session_id or ""}[limit.scope]
-            bucket = self._buckets.get((n, key))
-            if bucket is None:
-                self._prune(now)
-                bucket = self._buckets[(n, key)] = TokenBucket.full(limit.rate, limit.burst, now)
-            wait = bucket.take(now)
+            if self._store is not None:
+                wait = await self._store.take_token(f"{self._ids[n]}:{limit.scope}:{key}", limit.rate, limit.burst)
+            else:
+                bucket = self._buckets.get((n, key))
+                if bucket is None:
+                    self._prune(now)
+                    bucket = self._buckets[(n, key)] = TokenBucket.full(limit.rate, limit.burst, now)
+                wait = bucket.take(now)
             if wait is not None:
                 raise Rejected(
                     f"rate limit of {limit.rate:g} calls/s per {limit.scope} reached for '{ctx.tool}'; retry in "
@@ -91,7 +111,7 @@ class RateLimits:
         self._prune_at = max(_PRUNE_FLOOR, 2 * len(self._buckets))
 
 
-def rate_limits(scopes: PerServer[Scope]) -> RateLimits | None:
-    """The `rate_limits` hook, when any limit is configured."""
+def rate_limits(scopes: PerServer[Scope], store: TokenStore | None = None) -> RateLimits | None:
+    """The `rate_limits` hook, when any limit is configured (its buckets in `store`, when given)."""
     limits = scopes.gateway.rules.rate_limits
-    return RateLimits(limits) if limits else None
+    return RateLimits(limits, store=store) if limits else None

@@ -1,0 +1,323 @@
+"""Shared state on Redis: token buckets (Lua), episode records and the audit stream, every key with a TTL.
+
+Keys, all under `toolscore.state_prefix` (default `toolscore:`):
+
+| key | type | TTL |
+|---|---|---|
+| `rate:<limit>:<scope key>` | hash (tokens, at) | until the bucket would be full again, plus 1 s |
+| `episode:<kind>:<id>` | string (JSON: owner, data) | `loop.episode_ttl_seconds` after the last write |
+| `audit` | stream (one field `r`: the record's JSON) | `audit.stream_ttl_seconds` after the last record |
+
+The bucket script reads Redis's own clock (`TIME`), so replicas whose clocks differ still agree.
+The audit stream is written with a blocking client before the call is answered, as the JSONL
+file is: a replica killed the next instant has lost nothing it answered. A Redis that does not
+answer within `_AUDIT_TIMEOUT` loses the record (counted, logged), and is left alone for
+`_AUDIT_BACKOFF` seconds so calls do not each wait for it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from collections.abc import Callable, Iterator
+from typing import Any, cast
+
+import anyio
+import redis
+import redis.asyncio
+import structlog
+from pydantic_core import PydanticSerializationError
+
+from toolscore._json import scrub_unpaired_surrogates
+from toolscore.audit.sinks import AuditRecord, AuditSink
+from toolscore.config import AuditConfig
+from toolscore.errors import ConfigError, Rejected
+
+__all__ = ["RedisEpisodes", "RedisState", "RedisStreamSink", "read_stream"]
+
+log = structlog.get_logger("toolscore.state")
+
+_AUDIT_TIMEOUT = 0.5
+_AUDIT_BACKOFF = 5.0
+_READ_CHUNK = 1000
+
+# KEYS[1]: the bucket. ARGV: rate (tokens/s), burst. Returns "-1" when a token was taken, else
+# the seconds until one will be there (as a string: Lua numbers lose their fraction in replies).
+_TAKE = """
+local rate = tonumber(ARGV[1])
+local burst = tonumber(ARGV[2])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local b = redis.call('HMGET', KEYS[1], 'tokens', 'at')
+local tokens = tonumber(b[1]) or burst
+local at = tonumber(b[2]) or now
+tokens = math.min(burst, tokens + math.max(0, now - at) * rate)
+local wait = -1
+if tokens < 1 then
+  wait = (1 - tokens) / rate
+else
+  tokens = tokens - 1
+end
+redis.call('HSET', KEYS[1], 'tokens', string.format('%.17g', tokens), 'at', string.format('%.17g', now))
+redis.call('PEXPIRE', KEYS[1], math.ceil((burst - tokens) / rate * 1000) + 1000)
+return string.format('%.17g', wait)
+"""
+
+
+# KEYS[1]: the running calls, KEYS[2]: the waiting ones (sorted sets: member -> lease expiry, ms).
+# ARGV: cap, queue, holder, running lease ms, waiting lease ms, first ("1": not yet counted as
+# waiting). Returns 1: a slot is the holder's; 0: wait and ask again; -1: refused (queue full).
+_ACQUIRE = """
+local cap, queue = tonumber(ARGV[1]), tonumber(ARGV[2])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+if redis.call('ZCARD', KEYS[1]) < cap then
+  redis.call('ZADD', KEYS[1], now + tonumber(ARGV[4]), ARGV[3])
+  redis.call('ZREM', KEYS[2], ARGV[3])
+  redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[4]))
+  return 1
+end
+if ARGV[6] == '1' and redis.call('ZCARD', KEYS[2]) >= queue then
+  return -1
+end
+redis.call('ZADD', KEYS[2], now + tonumber(ARGV[5]), ARGV[3])
+redis.call('PEXPIRE', KEYS[2], tonumber(ARGV[5]))
+return 0
+"""
+_POLL = 0.02
+"""Seconds between a waiting call's tries for a shared slot."""
+_WAIT_LEASE_MS = 2000
+"""A waiting call that stops asking (its replica died) leaves the queue after this long."""
+
+
+class RedisState:
+    """The async side of shared state (buckets, episodes) over one connection pool.
+
+    Args:
+        url: `redis://`, `rediss://` or `unix://`.
+        prefix: Put before every key.
+    """
+
+    def __init__(self, url: str, *, prefix: str = "toolscore:") -> None:
+        self.url = url
+        self.prefix = prefix
+        self._client: redis.asyncio.Redis = redis.asyncio.Redis.from_url(url, socket_timeout=5.0)
+        self._take = self._client.register_script(_TAKE)
+        self._acquire = self._client.register_script(_ACQUIRE)
+
+    async def take_token(self, key: str, rate: float, burst: int) -> float | None:
+        """Take a token from the shared bucket `key`: None if one was there, else seconds to wait."""
+        try:
+            reply = await self._take(keys=[f"{self.prefix}rate:{key}"], args=[repr(float(rate)), burst])
+        except redis.RedisError as exc:
+            # A limit that cannot be checked is not skipped: the call is refused, saying why.
+            log.error("rate limit not checked: Redis failed", error=f"{type(exc).__name__}: {exc}")
+            raise Rejected(
+                "the rate limit could not be checked (the shared state is unreachable); retry shortly",
+                hook="rate_limits",
+            ) from None
+        wait = float(reply)
+        return None if wait < 0 else wait
+
+    async def acquire_slot(self, key: str, cap: int, queue: int, holder: str, lease: float) -> bool:
+        """Wait for one of `cap` shared slots of `key`; False when `queue` calls already wait.
+
+        A slot is held until `release_slot`, or `lease` seconds at most (a replica that dies
+        holding one frees it then). Waiting calls ask again every 20 ms; they are not served in
+        arrival order.
+        """
+        keys = [f"{self.prefix}slots:{key}", f"{self.prefix}waiting:{key}"]
+        lease_ms = max(1000, int(lease * 1000))
+        first = "1"
+        try:
+            while True:
+                got = int(await self._acquire(keys=keys, args=[cap, queue, holder, lease_ms, _WAIT_LEASE_MS, first]))
+                if got == 1:
+                    return True
+                if got == -1:
+                    return False
+                first = "0"
+                await anyio.sleep(_POLL)
+        except redis.RedisError as exc:
+            log.error("concurrency cap not checked: Redis failed", error=f"{type(exc).__name__}: {exc}")
+            raise Rejected(
+                "the concurrency cap could not be checked (the shared state is unreachable); retry shortly",
+                hook="concurrency",
+            ) from None
+        except BaseException:
+            with anyio.CancelScope(shield=True), contextlib.suppress(redis.RedisError):
+                await self._client.zrem(keys[1], holder)  # cancelled while waiting: leave the queue
+            raise
+
+    async def release_slot(self, key: str, holder: str) -> None:
+        """Give the slot back (shielded: a cancelled call still frees it)."""
+        with anyio.CancelScope(shield=True), contextlib.suppress(redis.RedisError):
+            await self._client.zrem(f"{self.prefix}slots:{key}", holder)
+
+    def episodes(self, ttl_seconds: float) -> RedisEpisodes:
+        """Episode records in this Redis, living `ttl_seconds` after their last write."""
+        return RedisEpisodes(self._client, self.prefix, ttl_seconds)
+
+    def with_audit_stream(self, sink: AuditSink, audit: AuditConfig) -> AuditSink:
+        """`sink`, and the shared audit stream beside it."""
+        stream = RedisStreamSink(
+            self.url, prefix=self.prefix, max_records=audit.stream_max_records, ttl_seconds=audit.stream_ttl_seconds
+        )
+        return FanOutSink(sink, stream)
+
+    async def aclose(self) -> None:
+        """Close the pool."""
+        await self._client.aclose()
+
+
+class RedisEpisodes:
+    """`EpisodeRecords` in Redis: one JSON string per episode, owned by a caller, with a TTL."""
+
+    def __init__(self, client: redis.asyncio.Redis, prefix: str, ttl: float) -> None:
+        self._client = client
+        self._prefix = prefix
+        self.ttl = ttl
+
+    def _key(self, kind: str, ident: str) -> str:
+        return f"{self._prefix}episode:{kind}:{ident}"
+
+    async def put(self, kind: str, ident: str, caller: str, data: dict[str, Any]) -> None:
+        """Store (or replace) the record; it expires `ttl` seconds from now."""
+        text = json.dumps({"owner": caller, "data": data}, ensure_ascii=False, default=str)
+        await self._client.set(self._key(kind, ident), text.encode("utf-8", "replace"), px=max(1, int(self.ttl * 1000)))
+
+    async def get(self, kind: str, ident: str, caller: str) -> dict[str, Any] | None:
+        """The caller's record, or None (another caller's record is not found either)."""
+        raw = await self._client.get(self._key(kind, ident))
+        if raw is None:
+            return None
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            return None
+        if not isinstance(value, dict) or value.get("owner") != caller or not isinstance(value.get("data"), dict):
+            return None
+        data: dict[str, Any] = value["data"]
+        return data
+
+    async def delete(self, kind: str, ident: str, caller: str) -> None:
+        """Forget the caller's record."""
+        if await self.get(kind, ident, caller) is not None:
+            await self._client.delete(self._key(kind, ident))
+
+    def close(self) -> None:
+        """Nothing of its own: the pool belongs to `RedisState`."""
+
+
+class RedisStreamSink:
+    """An audit sink appending each record to the stream `<prefix>audit`, before the call is answered.
+
+    Args:
+        url: The Redis URL.
+        prefix: Put before the key.
+        max_records: The stream is trimmed to about this many.
+        ttl_seconds: The stream expires this long after its last record.
+        clock: Monotonic seconds (tests pass their own).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        prefix: str = "toolscore:",
+        max_records: int = 1_000_000,
+        ttl_seconds: float = 7 * 86400.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._client = redis.Redis.from_url(url, socket_timeout=_AUDIT_TIMEOUT, socket_connect_timeout=_AUDIT_TIMEOUT)
+        self.key = f"{prefix}audit"
+        self._max = max_records
+        self._ttl_ms = max(1, int(ttl_seconds * 1000))
+        self._clock = clock
+        self._resume_at = 0.0
+        self.lost = 0
+        """Records that could not be appended."""
+
+    def write(self, record: AuditRecord) -> None:
+        """Append the record (XADD and EXPIRE in one round trip); a failure loses it, never the call."""
+        if self._clock() < self._resume_at:
+            self.lost += 1
+            return
+        try:
+            text = record.model_dump_json(exclude_none=True)
+        except PydanticSerializationError:  # a lone surrogate: keep the rest, as the JSONL sink does
+            text = scrub_unpaired_surrogates(record).model_dump_json(exclude_none=True)
+        try:
+            pipe = self._client.pipeline(transaction=False)
+            pipe.xadd(self.key, {"r": text}, maxlen=self._max, approximate=True)
+            pipe.pexpire(self.key, self._ttl_ms)
+            pipe.execute()
+        except redis.RedisError as exc:
+            self.lost += 1
+            self._resume_at = self._clock() + _AUDIT_BACKOFF
+            log.error(
+                "audit record lost: the Redis stream did not take it; retrying in a few seconds",
+                key=self.key,
+                error=f"{type(exc).__name__}: {exc}",
+                lost=self.lost,
+            )
+
+    def close(self) -> None:
+        """Close the connection."""
+        self._client.close()
+
+
+class FanOutSink:
+    """Writes every record to each sink in turn; one failing never keeps a record from the others."""
+
+    def __init__(self, *sinks: AuditSink) -> None:
+        self._sinks = sinks
+
+    def write(self, record: AuditRecord) -> None:
+        """Hand the record to every sink."""
+        failure: Exception | None = None
+        for sink in self._sinks:
+            try:
+                sink.write(record)
+            except Exception as exc:
+                failure = exc
+        if failure is not None:
+            raise failure
+
+    def close(self) -> None:
+        """Close every sink."""
+        for sink in self._sinks:
+            sink.close()
+
+
+def read_stream(
+    url: str, *, prefix: str = "toolscore:", warn: Callable[[str], None] | None = None
+) -> Iterator[AuditRecord]:
+    """Every record in the shared audit stream, oldest first, read in chunks.
+
+    Raises:
+        ConfigError: Redis cannot be reached.
+    """
+    client = redis.Redis.from_url(url, socket_timeout=10.0)
+    key, start = f"{prefix}audit", "-"
+    try:
+        while True:
+            try:
+                # A client without decode_responses answers bytes: (entry id, {field: value}).
+                chunk = cast(list[tuple[bytes, dict[bytes, bytes]]], client.xrange(key, start, "+", _READ_CHUNK))
+            except redis.RedisError as exc:
+                raise ConfigError(f"cannot read the audit stream {key} at toolscore.state: {exc}") from None
+            for entry_id, fields in chunk:
+                try:
+                    yield AuditRecord.model_validate_json(fields[b"r"])
+                except (KeyError, ValueError):
+                    if warn is not None:
+                        warn(f"{key} {entry_id.decode()}: skipped an entry that is not an audit record")
+            if len(chunk) < _READ_CHUNK:
+                return
+            start = "(" + chunk[-1][0].decode()
+    finally:
+        client.close()

@@ -1,0 +1,1 @@
+"""What the gateway tells operators' tools: Prometheus metrics and OpenTelemetry traces."""
