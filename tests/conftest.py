@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
+import subprocess
 import sys
 import threading
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -13,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx2
 import mcp_types
 import pytest
 
@@ -123,3 +127,36 @@ def loopback_http(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
         server.shutdown()
         server.server_close()
         thread.join(5)
+
+
+def start_http_gateway(config: Path, *, env: dict[str, str] | None = None) -> tuple[subprocess.Popen[bytes], str]:
+    """`toolscore serve --transport http` on a free loopback port, once it answers; (process, base URL)."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [TOOLSCORE, "serve", "--transport", "http", "--port", str(port), "--config", str(config)],
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, **(env or {})},
+    )
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            httpx2.get(base + "/", timeout=1)
+            return proc, base
+        except httpx2.TransportError:
+            if proc.poll() is not None:
+                raise RuntimeError(f"the gateway exited with {proc.returncode}") from None
+            time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError("the gateway did not answer within 30 s")
+
+
+@contextmanager
+def http_gateway_process(config: Path, *, env: dict[str, str] | None = None) -> Iterator[str]:
+    """An HTTP gateway process for a block; yields its base URL; it must exit 0 on SIGTERM."""
+    proc, base = start_http_gateway(config, env=env)
+    try:
+        yield base
+    finally:
+        proc.terminate()
+        assert proc.wait(timeout=20) == 0

@@ -16,7 +16,13 @@ PURE = [
     "_naming.py",
     "_tokens.py",
     "audit/sinks.py",
+    "downstream/breaker.py",
+    "downstream/catalog.py",
     "downstream/registry.py",
+    "loop/contract.py",
+    "loop/limits.py",
+    "loop/scan.py",
+    "loop/stops.py",
     "plan/check.py",
     "plan/lex.py",
     "plan/nodes.py",
@@ -27,6 +33,14 @@ PURE = [
     "policy/paths.py",
     "policy/redact.py",
     "policy/scope.py",
+    "telemetry/metrics.py",
+    "toolhub/capabilities.py",
+    "toolhub/catalog.py",
+    "toolhub/mapping.py",
+    "toolhub/scoring.py",
+    "toolhub/search.py",
+    "toolhub/synthesis.py",
+    "toolhub/text.py",
 ]
 
 

@@ -41,11 +41,13 @@ from toolscore.downstream.registry import Route
 from toolscore.errors import (
     CallTimeout,
     DownstreamUnavailable,
+    InputRequired,
     InvalidArguments,
     Rejected,
     ToolNotFound,
     ToolscoreError,
 )
+from toolscore.telemetry import tracing
 from toolscore.types import Arguments, CallDownstream, ProgressFn, ToolSource
 
 __all__ = [
@@ -97,6 +99,8 @@ class ExecutionContext:
     progress: ProgressFn | None = field(default=None, repr=False)
     plan_id: str | None = None
     """The plan this call is a step of (`orchestrate`), else None."""
+    invoke: Invoke | None = field(default=None, repr=False)
+    """Sends the request in place of `tools/call` (a resource read), when not None."""
     route: Route | None = None
     phase: ExecutionPhase = ExecutionPhase.PRE_VALIDATION
     started: float = field(default_factory=time.perf_counter)
@@ -112,6 +116,8 @@ class ExecutionContext:
     cancelled: bool = False
     estimated_tokens: int | None = None
     actual_tokens: int | None = None
+    trace: Callable[[str], object] | None = field(default=None, repr=False)
+    """Adds an event to the call's span, while tracing is on (`toolscore.telemetry.tracing`)."""
 
     @property
     def server(self) -> str | None:
@@ -182,6 +188,7 @@ class PreExecutionHook(Protocol):
 
 
 CallNext = Callable[[ExecutionContext], Awaitable[mcp_types.CallToolResult]]
+Invoke = Callable[[], Awaitable[mcp_types.CallToolResult]]
 ConfirmFn = Callable[[str], Awaitable[bool]]
 
 
@@ -304,6 +311,8 @@ class ToolExecutionEngine:
         progress: ProgressFn | None = None,
         session_id: str | None = None,
         confirm: ConfirmFn | None = None,
+        route: Route | None = None,
+        invoke: Invoke | None = None,
     ) -> CallOutcome:
         """Run one call; never raises for anything a model could cause.
 
@@ -316,6 +325,10 @@ class ToolExecutionEngine:
             progress: Receives the downstream's progress notifications.
             session_id: The front client connection, for per-session rules.
             confirm: Asks the user a yes/no question, if the front client can.
+            route: The route, for a request that is not a listed tool (a resource read, as the
+                pseudo-tool `resources/read` of its server); with `invoke`, which sends it.
+            invoke: Sends the request in place of `tools/call`; its result, shaped as a tool
+                result, goes through the post hooks like any other.
 
         Returns:
             The result (an error result on failure) and the finished context.
@@ -329,14 +342,30 @@ class ToolExecutionEngine:
             session_id=session_id,
             confirm=confirm,
             progress=progress,
+            invoke=invoke,
+            route=route,
         )
+        traced = tracing.tracer  # None unless tracing is on: then this read is the whole cost
+        if traced is None:
+            return await self._execute(ctx, timeout)
+        with traced.call(ctx):
+            return await self._execute(ctx, timeout)
+
+    async def _execute(self, ctx: ExecutionContext, timeout: float | None) -> CallOutcome:
         try:
             ctx.result = await self._run(ctx, timeout)
+        except InputRequired as exc:
+            # The front answers with the question; the client's retry is a new call.
+            ctx.error = exc
+            self._finish(ctx)
+            raise
         except ToolscoreError as exc:
             if isinstance(exc, Rejected):
                 ctx.violations.append(f"{exc.hook}: {exc.reason}")
             ctx.error = exc
             ctx.phase = ExecutionPhase.ERROR_HANDLING
+            if ctx.trace is not None:
+                ctx.trace(ctx.phase.value)
             ctx.result = error_result(str(exc))
         except anyio.get_cancelled_exc_class():
             ctx.cancelled = True
@@ -359,6 +388,8 @@ class ToolExecutionEngine:
 
         # 2. pre-execution: constraint hooks
         ctx.phase = ExecutionPhase.PRE_EXECUTION
+        if ctx.trace is not None:
+            ctx.trace(ctx.phase.value)
         result: mcp_types.CallToolResult | None = None
         for hook in self._pre:
             result = await hook(ctx)
@@ -369,6 +400,8 @@ class ToolExecutionEngine:
         # 3. execution, inside the wrap hooks
         if result is None:
             ctx.phase = ExecutionPhase.EXECUTION
+            if ctx.trace is not None:
+                ctx.trace(ctx.phase.value)
             ctx.timeout = (
                 timeout
                 if timeout is not None
@@ -378,6 +411,8 @@ class ToolExecutionEngine:
 
         # 4. post-execution
         ctx.phase = ExecutionPhase.POST_EXECUTION
+        if ctx.trace is not None:
+            ctx.trace(ctx.phase.value)
         for post in self._post:
             result = await post(ctx, result)
         output_tokens = result_tokens(result)
@@ -394,6 +429,8 @@ class ToolExecutionEngine:
         deadline = ctx.timeout
         try:
             with anyio.fail_after(deadline):
+                if ctx.invoke is not None:
+                    return await ctx.invoke()
                 return await self._call(
                     ctx.route.server, ctx.route.remote_name, ctx.arguments, progress=ctx.progress, caller=ctx.session_id
                 )
@@ -406,7 +443,7 @@ class ToolExecutionEngine:
 
     def _validate(self, ctx: ExecutionContext) -> Route:
         registry = self._tools.registry
-        route = registry.get(ctx.tool)
+        route = ctx.route or registry.get(ctx.tool)
         if route is None:
             known = ", ".join(registry.servers) or "none connected"
             raise ToolNotFound(

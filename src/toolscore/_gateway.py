@@ -8,18 +8,34 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import anyio
+import mcp_types
 from mcp.server import Server
+from starlette.types import ASGIApp
 
 from toolscore._engine import EngineSettings, PostExecutionHook, PreExecutionHook, ToolExecutionEngine, WrapHook
 from toolscore.audit.sinks import AuditSink, JsonlAuditSink, NullAuditSink
 from toolscore.config import Config, state_dir
+from toolscore.downstream.connection import ServerState
 from toolscore.downstream.hub import DownstreamHub, open_hub
 from toolscore.front.callers import Callers
-from toolscore.front.server import FrontServer, build_server
+from toolscore.front.console import ConsoleFeed, ConsoleSink, console_pages
+from toolscore.front.routes import metrics_page
+from toolscore.front.server import FrontServer, build_server, exposed_tools
+from toolscore.loop.tool import DELEGATE, Delegator
 from toolscore.plan.tool import ORCHESTRATE, Orchestrator
 from toolscore.policy import RedactingAuditSink, build_policy
+from toolscore.state import open_state
+from toolscore.state.episodes import SharedEpisodes
+from toolscore.telemetry import tracing
+from toolscore.telemetry.metrics import CallMetrics, MetricsSink, ServerGauge
+from toolscore.toolhub import ObservingSink, Scoreboard, ToolHub
+from toolscore.toolhub.catalog import OWN_TOOLS
 
-__all__ = ["Gateway", "audit_path", "open_gateway"]
+__all__ = ["CONSOLE_CALLER", "Gateway", "audit_path", "http_pages", "open_gateway"]
+
+CONSOLE_CALLER = "console"
+"""Who the web console's calls are from, for per-session rules and episodes."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +47,14 @@ class Gateway:
     engine: ToolExecutionEngine
     server: FrontServer
     orchestrator: Orchestrator
+    toolhub: ToolHub | None = None
+    """Capability calls and the search catalog (docs/toolhub.md)."""
+    delegator: Delegator | None = None
+    """The `delegate` tool: the agent loop (docs/agent-loop.md)."""
+    metrics: CallMetrics | None = None
+    """The counters behind `/metrics` (HTTP front only)."""
+    console: ConsoleFeed | None = None
+    """The audit records the web console at `/ui` shows (HTTP front only)."""
 
 
 def _audit_sink(config: Config) -> AuditSink:
@@ -38,6 +62,39 @@ def _audit_sink(config: Config) -> AuditSink:
     if audit.path == "":
         return NullAuditSink()
     return JsonlAuditSink(audit_path(config), fsync=audit.fsync, max_bytes=audit.max_bytes, backups=audit.backups)
+
+
+def http_pages(gateway: Gateway) -> dict[str, ASGIApp]:
+    """The gateway's own pages beside `/mcp` on the HTTP front: `/metrics` and the console at `/ui`, when on."""
+    pages: dict[str, ASGIApp] = {}
+    metrics = gateway.metrics
+    if metrics is not None:
+
+        def render() -> str:
+            gauges = (
+                ServerGauge(s.name, s.state is ServerState.UP, s.start_seconds, s.tools) for s in gateway.hub.statuses()
+            )
+            return metrics.render(gauges, audit_lost=gateway.engine.audit_lost)
+
+        pages["/metrics"] = metrics_page(render)
+    if gateway.console is not None:
+
+        async def call(tool: str, arguments: dict[str, Any]) -> mcp_types.CallToolResult:
+            if tool == ORCHESTRATE:
+                return await gateway.orchestrator(arguments, caller=CONSOLE_CALLER)
+            return (await gateway.engine.execute(tool, arguments, session_id=CONSOLE_CALLER)).result
+
+        pages.update(
+            console_pages(
+                feed=gateway.console,
+                statuses=gateway.hub.statuses,
+                tools=lambda: exposed_tools(gateway.hub, gateway.orchestrator, gateway.toolhub),
+                server_of=lambda name: route.server if (route := gateway.hub.registry.get(name)) else None,
+                call=call,
+                slow_ms=gateway.config.settings.slow_call_seconds * 1000,
+            )
+        )
+    return pages
 
 
 def audit_path(config: Config) -> Path:
@@ -56,6 +113,8 @@ async def open_gateway(
     wrap_hooks: Sequence[WrapHook] = (),
     post_hooks: Sequence[PostExecutionHook] = (),
     memory_servers: Mapping[str, Server[Any]] | None = None,
+    metrics: CallMetrics | None = None,
+    console: ConsoleFeed | None = None,
 ) -> AsyncIterator[Gateway]:
     """Start every downstream and build the front server over them.
 
@@ -72,11 +131,24 @@ async def open_gateway(
         post_hooks: Post-execution hooks.
         memory_servers: SDK servers run in this process, by server name, in place of what the config
             says of how to reach them (see `toolscore.testing`).
+        metrics: Counts every audit record, for `/metrics` (None: nothing is counted).
+        console: Keeps the latest audit records for the web console (None: no console).
     """
-    policy = build_policy(config)
+    state = open_state(config)  # None: every piece of state in this process
+    policy = build_policy(config, state=state)
     sink = audit if audit is not None else _audit_sink(config)
+    settings = config.settings
+    if settings.audit.stream and state is not None:  # every replica's records in one stream
+        sink = state.with_audit_stream(sink, settings.audit)
     if policy.redactor is not None:
         sink = RedactingAuditSink(sink, policy.redactor)
+    # The ToolHub orders capability candidates by what the audit stream says of each tool.
+    scores = Scoreboard(half_life_seconds=config.settings.toolhub.half_life_seconds)
+    sink = ObservingSink(sink, scores)
+    if metrics is not None:
+        sink = MetricsSink(sink, metrics)
+    if console is not None:
+        sink = ConsoleSink(sink, console)
     logs = log_dir or Path(config.settings.log_dir or state_dir() / "logs")
     try:
         async with open_hub(config, log_dir=logs, memory_servers=memory_servers) as hub:
@@ -102,7 +174,36 @@ async def open_gateway(
             callers.on_gone(orchestrator.episodes.forget)
             callers.on_gone(hub.caller_gone)
             hub.add_reap_hook(callers.drain)
-            server = build_server(hub, engine, orchestrator, callers)
-            yield Gateway(config, hub, engine, server, orchestrator)
+            toolhub = ToolHub(
+                tools=hub,
+                engine=engine,
+                config=config,
+                scores=scores,
+                refusals={name: policy.gateway_tool_refusal(name) for name in OWN_TOOLS},
+            )
+            delegator = Delegator(
+                tools=hub,
+                engine=engine,
+                config=config,
+                contract=lambda: orchestrator.tool().description or "",
+                policy=policy.plan_problems,
+                refusal=policy.gateway_tool_refusal(DELEGATE),
+                plan_episodes=orchestrator.episodes,
+            )
+            if state is not None:  # any replica continues any episode
+                delegator.durable = SharedEpisodes(
+                    state.episodes(settings.loop.episode_ttl_seconds), orchestrator.episodes
+                )
+            server = build_server(hub, engine, orchestrator, callers, toolhub=toolhub, delegator=delegator)
+            if tracing.tracer is not None:  # an HTTP `traceparent` continues the caller's trace
+                server.middleware.insert(0, tracing.TraceparentMiddleware())
+            try:
+                yield Gateway(config, hub, engine, server, orchestrator, toolhub, delegator, metrics, console)
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await delegator.aclose()
     finally:
         sink.close()
+        if state is not None:
+            with anyio.CancelScope(shield=True):
+                await state.aclose()

@@ -1,4 +1,4 @@
-"""The `toolscore` command: serve, check, tools, call, audit."""
+"""The `toolscore` command: serve, check, tools, call, audit, trajectories."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ import anyio
 import mcp_types
 import structlog
 
-from toolscore._gateway import Gateway, audit_path, open_gateway
+from toolscore._gateway import Gateway, audit_path, http_pages, open_gateway
 from toolscore._install import install_servers
 from toolscore._logging import configure_logging
 from toolscore._version import __version__
@@ -27,10 +27,15 @@ from toolscore.audit.sinks import AuditRecord, audit_files, read_audit
 from toolscore.audit.stats import compute_stats, parse_since
 from toolscore.config import Config, config_candidates, default_config_path, load_config
 from toolscore.errors import ConfigError
+from toolscore.front.console import ConsoleFeed
 from toolscore.front.http import TOKEN_ENV, HttpExposure, resolve_exposure
 from toolscore.front.serve import listen_sockets, serve_http, serve_stdio
 from toolscore.front.server import exposed_tools
+from toolscore.loop.tool import trajectory_path
+from toolscore.loop.trajectory import chat_records, loop_stats, read_trajectories
 from toolscore.plan.tool import ORCHESTRATE
+from toolscore.telemetry import tracing
+from toolscore.telemetry.metrics import CallMetrics
 
 __all__ = ["main"]
 
@@ -100,6 +105,9 @@ def _parser() -> argparse.ArgumentParser:
 
     tools = sub.add_parser("tools", parents=[common], help="list the exposed tools")
     tools.add_argument("--json", action="store_true", help="print the full tool definitions as JSON")
+    tools.add_argument(
+        "--capability", metavar="TAG", help="only the tools with this capability tag, best first, with their tags"
+    )
 
     call = sub.add_parser("call", parents=[common], help="call one tool through the engine")
     call.add_argument("tool", help="the exposed tool name, e.g. files__read_file, or orchestrate")
@@ -117,10 +125,22 @@ def _parser() -> argparse.ArgumentParser:
     stats.add_argument("--slow-ms", type=float, help="slow-tool threshold (default: the config's slow_call_seconds)")
     stats.add_argument("--json", action="store_true")
     stats.add_argument("--file", type=Path, help="the audit file (default: from the config)")
+    stats.add_argument(
+        "--shared", action="store_true", help="read every replica's records: the Redis stream of toolscore.state"
+    )
     tail = audit_sub.add_parser("tail", parents=[common], help="the latest records")
     tail.add_argument("-n", type=int, default=20, help="how many (default 20)")
     tail.add_argument("-f", "--follow", action="store_true", help="keep printing new records")
     tail.add_argument("--file", type=Path, help="the audit file (default: from the config)")
+    stats.add_argument("--trajectories", type=Path, help="the agent loop's trajectory file (default: from the config)")
+
+    trajectories = sub.add_parser("trajectories", parents=[common], help="the agent loop's (S, A, O) records")
+    traj_sub = trajectories.add_subparsers(dest="trajectories_command", required=True)
+    export = traj_sub.add_parser("export", parents=[common], help="finished episodes as training conversations")
+    export.add_argument("--format", choices=["chat-jsonl"], default="chat-jsonl", help="one {messages: [...]} a line")
+    export.add_argument("--solved-only", action="store_true", help="only episodes that ended with an answer")
+    export.add_argument("--file", type=Path, help="the trajectory file (default: from the config)")
+    export.add_argument("-o", "--output", type=Path, help="write here (default: stdout)")
     return parser
 
 
@@ -131,7 +151,7 @@ def _table(rows: Sequence[Sequence[str]]) -> str:
 
 def _exposed_tools(gw: Gateway) -> list[mcp_types.Tool]:
     """What `tools/list` answers."""
-    return exposed_tools(gw.hub, gw.orchestrator)
+    return exposed_tools(gw.hub, gw.orchestrator, gw.toolhub)
 
 
 def _exposed_per_server(gw: Gateway) -> dict[str, int]:
@@ -171,8 +191,20 @@ def _check(gw: Gateway, as_json: bool, out: list[str]) -> int:
     return 0 if all(s.state.value == "up" for s in statuses) else 1
 
 
-def _tools(gw: Gateway, as_json: bool, out: list[str]) -> int:
-    tools = _exposed_tools(gw)
+def _tools(gw: Gateway, as_json: bool, out: list[str], capability: str | None = None) -> int:
+    if capability is None or gw.toolhub is None:
+        tools = _exposed_tools(gw)
+    else:
+        # Every routed tool with the tag, whatever the catalog mode lists, in the order calls try them.
+        ranked = gw.toolhub.ranked(capability)
+        if not ranked:
+            known = ", ".join(tag for tag, _ in gw.toolhub.capabilities.summary(30)) or "none"
+            print(f"toolscore: no tool has capability '{capability}' (capabilities: {known})", file=sys.stderr)
+            return 1
+        if not as_json:
+            out.extend(f"{t.route.public_name}  [{', '.join(sorted(t.tags))}]" for t in ranked)
+            return 0
+        tools = [t.route.tool for t in ranked]
     if as_json:
         out.append(json.dumps([t.model_dump(by_alias=True, mode="json", exclude_none=True) for t in tools], indent=2))
     else:
@@ -227,7 +259,11 @@ async def _run(
     out: list[str],
 ) -> int:
     """Run one command with the gateway open; what it prints goes to `out`, written once the servers are stopped."""
-    async with open_gateway(config) as gw:
+    # Metrics are counted only when the HTTP front can serve them.
+    http = exposure is not None
+    async with open_gateway(
+        config, metrics=CallMetrics() if http else None, console=ConsoleFeed() if http else None
+    ) as gw:
         if args.command == "serve":
             limit = config.settings.max_request_bytes
             if exposure is not None:
@@ -240,6 +276,7 @@ async def _run(
                     max_request_bytes=limit,
                     banner=banner,
                     sockets=sockets,
+                    pages=http_pages(gw),
                 )
             else:
                 await serve_stdio(gw.server, max_request_bytes=limit)
@@ -249,7 +286,7 @@ async def _run(
         if args.command == "check":
             return _check(gw, args.json, out)
         if args.command == "tools":
-            return _tools(gw, args.json, out)
+            return _tools(gw, args.json, out, args.capability)
         return await _call(gw, args.tool, args.args, out)
 
 
@@ -265,7 +302,11 @@ def _record_line(r: AuditRecord) -> str:
 
 def _audit(args: argparse.Namespace, config: Config) -> int:
     path = args.file or audit_path(config)
-    if not audit_files(path):
+    shared = getattr(args, "shared", False)
+    if shared and not config.settings.audit.stream:
+        print("toolscore: error: --shared needs toolscore.audit.stream (and toolscore.state)", file=sys.stderr)
+        return EXIT_CONFIG
+    if not shared and not audit_files(path):
         print(f"toolscore: no audit file at {path}", file=sys.stderr)
         return 1
 
@@ -276,6 +317,7 @@ def _audit(args: argparse.Namespace, config: Config) -> int:
         for record in read_audit(path, warn=warn)[-args.n :] if args.n > 0 else []:
             print(_record_line(record))
         if args.follow:
+            sys.stdout.flush()  # the lines so far, before waiting (stdout may be a pipe)
             return _follow(Path(path))
         return 0
     try:
@@ -284,9 +326,22 @@ def _audit(args: argparse.Namespace, config: Config) -> int:
         print(f"toolscore: error: --since {args.since!r}: use 1h, 30m, 2d or an ISO time", file=sys.stderr)
         return EXIT_CONFIG
     slow_ms = args.slow_ms if args.slow_ms is not None else config.settings.slow_call_seconds * 1000
-    stats = compute_stats(read_audit(path, warn=warn), slow_ms=slow_ms, since=since, server=args.server)
+    if shared:
+        from toolscore.state.redis_store import read_stream  # imports the Redis client: only when asked
+
+        assert config.settings.state is not None  # the config requires it with audit.stream
+        try:
+            records = list(read_stream(config.settings.state, prefix=config.settings.state_prefix, warn=warn))
+        except ConfigError as exc:
+            print(f"toolscore: error: {exc}", file=sys.stderr)
+            return 1
+    else:
+        records = read_audit(path, warn=warn)
+    stats = compute_stats(records, slow_ms=slow_ms, since=since, server=args.server)
+    traj = args.trajectories or trajectory_path(config)
+    loop = loop_stats(read_trajectories(traj)) if traj is not None and traj.is_file() else None
     if args.json:
-        print(json.dumps(stats.as_dict(), indent=2))
+        print(json.dumps({**stats.as_dict(), **({"loop": loop} if loop is not None else {})}, indent=2))
         return 0
     tpst = f"{stats.tpst:g}" if stats.tpst is not None else "-"
     print(
@@ -295,6 +350,14 @@ def _audit(args: argparse.Namespace, config: Config) -> int:
         f"tokens {stats.tokens}  TPST {tpst}  violations {stats.violations}  batched {stats.batched}\n"
         f"token waste: {stats.wasteful_estimates} estimates off by > 20 %, {stats.wasted_tokens} tokens"
     )
+    if loop is not None:
+        turns = loop["turns_per_task"]
+        causes = ", ".join(f"{k} {v}" for k, v in loop["failure_causes"].items()) or "none"
+        print(
+            f"agent loop: tasks {loop['tasks']} (solved {loop['solved']})  turns/task mean {turns['mean']:g} "
+            f"median {turns['median']:g} max {turns['max']}  TPST {loop['tpst'] if loop['tpst'] is not None else '-'}\n"
+            f"agent loop failures: {causes}"
+        )
     if stats.tools:
         rows = [["TOOL", "CALLS", "FAILED", "AVG MS", "P95 MS", "TOKENS", ""]]
         for t in stats.tools:
@@ -303,6 +366,25 @@ def _audit(args: argparse.Namespace, config: Config) -> int:
                 [t.tool, str(t.calls), str(t.failures), f"{t.avg_ms:.1f}", f"{t.p95_ms:.1f}", str(t.tokens), slow]
             )
         print("\n" + _table(rows))
+    return 0
+
+
+def _trajectories(args: argparse.Namespace, config: Config) -> int:
+    path = args.file or trajectory_path(config)
+    if path is None or not path.is_file():
+        print(
+            f"toolscore: no trajectory file at {path or '(off: toolscore.loop.trajectories is empty)'}", file=sys.stderr
+        )
+        return 1
+    lines = (
+        json.dumps(c, ensure_ascii=False) + "\n"
+        for c in chat_records(read_trajectories(path), solved_only=args.solved_only)
+    )
+    if args.output is None:
+        sys.stdout.writelines(lines)
+    else:
+        with args.output.open("w", encoding="utf-8") as f:
+            f.writelines(lines)
     return 0
 
 
@@ -331,12 +413,12 @@ def _follow(path: Path) -> int:
             if size < position:
                 position = 0
             if size > position:
-                with path.open(encoding="utf-8", errors="replace") as fh:
+                with path.open("rb") as fh:  # bytes: the position must count what is in the file
                     fh.seek(position)
                     chunk = fh.read()
-                    complete = chunk[: chunk.rfind("\n") + 1]
-                    position += len(complete.encode())
-                for line in complete.splitlines():
+                complete = chunk[: chunk.rfind(b"\n") + 1]
+                position += len(complete)
+                for line in complete.decode("utf-8", errors="replace").splitlines():
                     try:
                         print(_record_line(AuditRecord.model_validate_json(line)), flush=True)
                     except ValueError:
@@ -392,8 +474,8 @@ def _load(args: argparse.Namespace) -> Config | None:
     path: Path | None = args.config
     candidates = config_candidates()
     if path is None and not any(candidate.is_file() for candidate in candidates):
-        if args.command == "audit" and args.file is not None:
-            return Config()  # reading a given audit file needs no servers.json
+        if args.command in ("audit", "trajectories") and args.file is not None:
+            return Config()  # reading a given audit or trajectory file needs no servers.json
         looked = " and ".join(str(candidate) for candidate in candidates)
         print(
             f"toolscore: config error: no servers.json found (looked at {looked}); pass --config PATH", file=sys.stderr
@@ -402,7 +484,7 @@ def _load(args: argparse.Namespace) -> Config | None:
     try:
         return load_config(path or default_config_path())
     except ConfigError as exc:
-        if args.command == "audit" and args.file is not None and path is None:
+        if args.command in ("audit", "trajectories") and args.file is not None and path is None:
             return Config()
         print(f"toolscore: config error: {exc}", file=sys.stderr)
         return None
@@ -426,6 +508,8 @@ def _command(args: argparse.Namespace) -> int:
         return EXIT_CONFIG
     if args.command == "audit":
         return _audit(args, config)
+    if args.command == "trajectories":
+        return _trajectories(args, config)
     if args.command == "install":
         return _install(args, config)
     if args.command in ONE_SHOT and logging.getLevelName(args.log_level.upper()) != logging.DEBUG:
@@ -434,6 +518,7 @@ def _command(args: argparse.Namespace) -> int:
     out: list[str] = []
     try:
         exposure = _http_exposure(args, config)  # checked before any server starts
+        tracing.enable_from_env(os.environ)  # OTLP export only when OTEL_EXPORTER_OTLP_ENDPOINT is set
         if exposure is not None and (sockets := _listen(args)) is None:
             return EXIT_CONFIG
         code = anyio.run(_run, args, config, exposure, sockets, out)

@@ -45,12 +45,15 @@ __all__ = [
     "DEFAULT_TIMEOUT",
     "ArgumentRules",
     "AuditConfig",
+    "CapabilitySettings",
     "ConcurrencyRules",
     "Config",
     "ConstraintsConfig",
     "GatewaySettings",
     "HttpSettings",
     "InstallHints",
+    "LoopSettings",
+    "ModelConfig",
     "PathRules",
     "PlanSettings",
     "PluginConfig",
@@ -60,6 +63,7 @@ __all__ = [
     "ServerConstraints",
     "Shorthand",
     "ToolFilter",
+    "ToolHubSettings",
     "ToolRules",
     "config_candidates",
     "default_config_path",
@@ -237,6 +241,29 @@ class Shorthand(_Frozen):
     """The parameter that text content binds to; a dotted path for nested arguments (`params.code`)."""
 
 
+_TAG = re.compile(r"[a-z0-9][a-z0-9_-]{0,31}")
+
+
+def _tags(value: Any, where: str = "") -> tuple[str, ...]:
+    if not isinstance(value, list | tuple) or not all(isinstance(t, str) and _TAG.fullmatch(t) for t in value):
+        raise PydanticCustomError(
+            "tags",
+            "{where}must be a list of capability tags (lower-case a-z, 0-9, _ and -, at most 32 characters), "
+            'e.g. ["search", "web"]',
+            {"where": where},
+        )
+    return tuple(value)
+
+
+def _capabilities(value: Any) -> Any:
+    # One readable message for the list-or-object union, naming the tool at fault.
+    if value is None or isinstance(value, list | tuple):
+        return value if value is None else _tags(value)
+    if isinstance(value, dict):
+        return {str(tool): _tags(tags, f"'{tool}': ") for tool, tags in value.items()}
+    raise PydanticCustomError("capabilities", "must be a list of tags for every tool, or tool name -> list of tags")
+
+
 class ServerConfig(BaseModel):
     """One downstream server: stdio (`command`) or HTTP/SSE (`url`)."""
 
@@ -262,9 +289,22 @@ class ServerConfig(BaseModel):
     """After a call times out: `ping` the server and restart it if it does not answer within
     `ping_timeout` (it is wedged), or `restart` it at once (code runners stuck in user code)."""
     ping_timeout: float = Field(default=5.0, gt=0)
+    sampling: Literal["allow", "deny", "confirm"] = "allow"
+    """A sampling request of this server during a client's request: forwarded to that client, refused
+    (the server gets an error), or forwarded once the user agrees (elicitation; refused if the client
+    cannot ask)."""
     backoff_reset_seconds: float = Field(default=10.0, gt=0)
     """Uptime after which a crash counts as a fresh failure: the restart delay (0.5 s, doubling to
     10 s while the server keeps failing) starts over at 0.5 s."""
+    health_interval: float | None = Field(default=10.0, gt=0)
+    """Seconds between health checks (a ping that must answer within `ping_timeout`) while the
+    server is up; null turns them off."""
+    breaker_failures: int = Field(default=2, ge=1, le=1000)
+    """Failed health checks in a row that open the circuit breaker: calls fail fast meanwhile."""
+    breaker_cooldown: float = Field(default=5.0, ge=0)
+    """Seconds the breaker stays open before the next health check probes the server again."""
+    health_failures: int = Field(default=3, ge=1, le=1000)
+    """Failed health checks in a row that restart the server (a wedged process is killed)."""
     isolation: Literal["shared", "session"] = "shared"
     """`session`: each front client gets its own instance of this server, started on its first
     call (a code sandbox whose state must not be shared between clients)."""
@@ -281,6 +321,13 @@ class ServerConfig(BaseModel):
     """Overrides of the top-level `constraints` rules for this server."""
     install: InstallHints | None = None
     """What `toolscore install` does for this server."""
+    capabilities: Annotated[tuple[str, ...] | dict[str, tuple[str, ...]] | None, BeforeValidator(_capabilities)] = None
+    """Capability tags (docs/toolhub.md): a list for every tool of this server, or downstream tool
+    name -> tags."""
+    priority: int = Field(default=0, ge=-1000, le=1000)
+    """Among tools offering one capability whose live scores tie, a higher priority goes first."""
+    argument_maps: dict[str, dict[str, str]] = Field(default_factory=dict)
+    """Downstream tool name -> {capability argument: this tool's argument}, for capability calls."""
 
     @property
     def shorthands(self) -> tuple[Shorthand, ...]:
@@ -337,6 +384,13 @@ class AuditConfig(_Frozen):
     """Rotate the file past this size."""
     backups: int = Field(default=3, ge=0)
     """Rotated files kept (`audit.jsonl.1` is the newest)."""
+    stream: bool = False
+    """Also append every record to the Redis stream `<prefix>audit` of `toolscore.state` (shared by
+    replicas; `toolscore audit stats --shared` reads it). Needs `state` to be a Redis URL."""
+    stream_max_records: int = Field(default=1_000_000, ge=1000)
+    """The stream is trimmed to about this many records."""
+    stream_ttl_seconds: float = Field(default=7 * 86400.0, gt=0)
+    """The stream expires this long after its last record."""
 
 
 class ConstraintsConfig(_Frozen):
@@ -408,6 +462,88 @@ class HttpSettings(_Frozen):
         return origins
 
 
+class CapabilitySettings(_Frozen):
+    """How `call_capability` runs one capability's candidates (docs/toolhub.md)."""
+
+    strategy: Literal["first_success", "all", "fallback"] = "first_success"
+    """`first_success`: all at once, the first success wins and the rest are cancelled; `all`: all
+    at once, successes merged; `fallback`: one at a time, in order, until one succeeds."""
+    fan_out: int | None = Field(default=None, ge=1, le=16)
+    """Candidates called (default: `toolhub.fan_out`)."""
+    timeout: float | None = Field(default=None, gt=0)
+    """Seconds each candidate call may take (default: its server's timeout)."""
+    item_bytes: int = Field(default=600, ge=40, le=65536)
+    """With `all`: each merged item is cut at a sentence boundary to this many UTF-8 bytes."""
+    max_items: int = Field(default=20, ge=1, le=500)
+    """With `all`: merged items kept."""
+    synthesis: Literal["merge", "sampling"] = "merge"
+    """With `all`: `sampling` has the client's model (MCP sampling) write one answer from the merged
+    items, citing them; the plain merge is the answer whenever that fails or times out."""
+    synthesis_timeout: float = Field(default=30.0, gt=0)
+    """Seconds to wait for the client's model before answering with the plain merge."""
+    synthesis_tokens: int = Field(default=1024, ge=16, le=16384)
+    """The most tokens the model may write."""
+
+
+class ToolHubSettings(_Frozen):
+    """`toolscore.toolhub`: capability calls and the search catalog."""
+
+    fan_out: int = Field(default=3, ge=1, le=16)
+    """Candidates one capability call reaches, unless the capability sets its own."""
+    capabilities: dict[str, CapabilitySettings] = Field(default_factory=dict)
+    """Capability tag -> how its calls run (default: `first_success`)."""
+    search_above_tools: int = Field(default=60, ge=1)
+    """With `catalog: auto`: search mode once more tools than this are exposed..."""
+    search_above_bytes: int = Field(default=32768, ge=1024)
+    """...or once the full `tools/list` would be larger than this (bytes of JSON)."""
+    half_life_seconds: float = Field(default=300.0, gt=0)
+    """How fast a tool's past failures are forgiven when ranking candidates."""
+
+
+class ModelConfig(_Frozen):
+    """`toolscore.model`: the model `delegate` uses when the client cannot sample (docs/agent-loop.md)."""
+
+    provider: Literal["openai-compatible", "anthropic"]
+    url: str | None = Field(default=None, pattern=r"^https?://\S+$")
+    """The API base (`http://127.0.0.1:8080/v1`); default: Anthropic's for `anthropic`, required otherwise."""
+    model: str = Field(min_length=1)
+    api_key: str | None = None
+    """Write `${VAR}` to take it from the environment rather than the file."""
+    timeout: float = Field(default=300.0, gt=0)
+    """Seconds one model turn may take to stream (the task's wall time still applies)."""
+
+    @model_validator(mode="after")
+    def _url_for_provider(self) -> ModelConfig:
+        if self.url is None and self.provider == "openai-compatible":
+            raise ValueError("an openai-compatible model needs its 'url' (e.g. http://127.0.0.1:8080/v1)")
+        return self
+
+    def __repr_args__(self) -> Any:
+        for key, value in super().__repr_args__():
+            yield key, (_MASK if key == "api_key" and value else value)
+
+
+class LoopSettings(_Frozen):
+    """`toolscore.loop`: limits of one `delegate` task, and where its records go."""
+
+    max_turns: int = Field(default=12, ge=1, le=200)
+    wall_seconds: float = Field(default=600.0, gt=0)
+    result_bytes: int = Field(default=1 << 20, ge=1024)
+    """Tool result bytes one task may read, all turns together."""
+    tokens: int = Field(default=200_000, ge=1000)
+    """Model tokens one task may spend (as reported, else estimated at 4 characters a token)."""
+    server_calls: int = Field(default=64, ge=1)
+    """Calls one task may make to any one server."""
+    max_actions_per_step: int = Field(default=4, ge=1, le=32)
+    max_tokens_per_turn: int = Field(default=4096, ge=16)
+    trajectories: str | None = None
+    """JSON Lines file of (S, A, O) turn records (default: `<state dir>/trajectories.jsonl`); "" turns it off."""
+    episodes_db: str | None = None
+    """SQLite file that keeps episodes across restarts (default: `<state dir>/episodes.sqlite3`); "" keeps
+    them in memory only."""
+    episode_ttl_seconds: float = Field(default=86400.0, gt=0)
+
+
 class GatewaySettings(_Frozen):
     """The `toolscore` section: gateway-wide options."""
 
@@ -428,6 +564,24 @@ class GatewaySettings(_Frozen):
     audit: AuditConfig = Field(default_factory=AuditConfig)
     plan: PlanSettings = Field(default_factory=PlanSettings)
     http: HttpSettings = Field(default_factory=HttpSettings)
+    catalog: Literal["full", "search", "auto"] = "full"
+    """What `tools/list` shows: every tool, or `search`: only `orchestrate`, `search_tools` and
+    `call_tool`; `auto`: search once `toolhub.search_above_tools`/`_bytes` is passed."""
+    toolhub: ToolHubSettings = Field(default_factory=ToolHubSettings)
+    model: ModelConfig | None = None
+    """The model `delegate` uses for clients that cannot sample; none: sampling only."""
+    loop: LoopSettings = Field(default_factory=LoopSettings)
+    state: str | None = Field(default=None, pattern=r"^(redis|rediss|unix)://\S+$")
+    """Where state shared by replicas lives: a `redis://`, `rediss://` or `unix://` URL; none: this
+    process's memory (docs/operations.md)."""
+    state_prefix: str = Field(default="toolscore:", pattern=r"^[A-Za-z0-9:_.-]{0,64}$")
+    """Put before every Redis key, so several gateways can share one Redis."""
+
+    @model_validator(mode="after")
+    def _stream_needs_redis(self) -> GatewaySettings:
+        if self.audit.stream and self.state is None:
+            raise ValueError("audit.stream needs toolscore.state to be a Redis URL")
+        return self
 
 
 class Config(_Frozen):

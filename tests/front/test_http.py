@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import time
 from collections.abc import Iterator
 
 import anyio
@@ -12,7 +10,7 @@ import mcp_types
 import pytest
 from mcp import Client
 
-from tests.conftest import TOOLSCORE, fixture_entry, free_port, wait_for, write_config
+from tests.conftest import fixture_entry, http_gateway_process, wait_for, write_config
 
 pytestmark = pytest.mark.e2e
 
@@ -21,23 +19,8 @@ pytestmark = pytest.mark.e2e
 def http_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """One HTTP gateway process for the module: every test is a new client of it."""
     tmp_path = tmp_path_factory.mktemp("http")
-    path = write_config(tmp_path, {"fx": fixture_entry(tmp_path)})
-    port = free_port()
-    proc = subprocess.Popen(
-        [TOOLSCORE, "serve", "--transport", "http", "--port", str(port), "--config", str(path)],
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}/mcp"
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            httpx2.get(f"http://127.0.0.1:{port}/", timeout=1)
-            break
-        except httpx2.TransportError:
-            time.sleep(0.1)
-    yield url
-    proc.terminate()
-    assert proc.wait(timeout=15) == 0
+    with http_gateway_process(write_config(tmp_path, {"fx": fixture_entry(tmp_path)})) as base:
+        yield f"{base}/mcp"
 
 
 @pytest.mark.anyio

@@ -7,6 +7,7 @@ and answered with a generic tool error, never a JSON-RPC error or a traceback.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import mcp_types
@@ -23,9 +24,23 @@ from toolscore._json import scrub_unpaired_surrogates
 from toolscore._sdk import connection_of
 from toolscore._version import __version__
 from toolscore.downstream.hub import DownstreamHub
-from toolscore.errors import Rejected
+from toolscore.downstream.relay import calling_peer
+from toolscore.errors import DownstreamProtocolError, InputRequired, Rejected
 from toolscore.front.callers import Callers
+from toolscore.front.catalog import install_catalog
+from toolscore.front.confirm import Sealer, confirmer
+from toolscore.front.forward import FrontPeer, LogLevels, install_logging
+from toolscore.loop.models import SendRequest
+from toolscore.loop.tool import DELEGATE, Delegator
 from toolscore.plan.tool import ORCHESTRATE, Orchestrator
+from toolscore.telemetry import tracing
+from toolscore.toolhub import ToolHub
+from toolscore.toolhub.catalog import (
+    call_capability_tool,
+    call_tool_tool,
+    search_mode_orchestrate,
+    search_tools_tool,
+)
 from toolscore.types import ProgressFn
 
 __all__ = ["FrontServer", "build_server", "exposed_tools"]
@@ -39,11 +54,40 @@ INSTRUCTIONS = (
 
 
 class FrontServer(Server[Any]):
-    """A lowlevel Server that always advertises `tools.listChanged`.
+    """A lowlevel Server that always advertises `tools.listChanged`, and the rest only when some
+    downstream has it.
 
     The HTTP and in-memory runners call `create_initialization_options()` with no arguments,
     which would advertise `listChanged: false`.
     """
+
+    available: Callable[[str], bool] | None = None
+    """Whether some connected downstream declared a capability (`DownstreamHub.capable`)."""
+
+    def get_capabilities(
+        self,
+        notification_options: NotificationOptions | None = None,
+        experimental_capabilities: dict[str, dict[str, Any]] | None = None,
+        extensions: dict[str, dict[str, Any]] | None = None,
+        *,
+        protocol_version: str | None = None,
+    ) -> mcp_types.ServerCapabilities:
+        caps = super().get_capabilities(
+            notification_options
+            or NotificationOptions(tools_changed=True, resources_changed=True, prompts_changed=True),
+            experimental_capabilities,
+            extensions,
+            protocol_version=protocol_version,
+        )
+        has = self.available
+        if has is None:
+            return caps
+        update: dict[str, Any] = {
+            kind: None for kind in ("resources", "prompts", "completions", "logging") if not has(kind)
+        }
+        if caps.resources is not None and "resources" not in update and not has("subscribe"):
+            update["resources"] = caps.resources.model_copy(update={"subscribe": False})
+        return caps.model_copy(update=update)
 
     def create_initialization_options(
         self,
@@ -52,7 +96,8 @@ class FrontServer(Server[Any]):
         extensions: dict[str, dict[str, Any]] | None = None,
     ) -> InitializationOptions:
         return super().create_initialization_options(
-            notification_options or NotificationOptions(tools_changed=True),
+            notification_options
+            or NotificationOptions(tools_changed=True, resources_changed=True, prompts_changed=True),
             experimental_capabilities,
             extensions,
         )
@@ -63,6 +108,29 @@ _CONFIRM_SCHEMA: dict[str, Any] = {
     "properties": {"confirm": {"type": "boolean", "title": "Allow this call"}},
     "required": ["confirm"],
 }
+
+
+def _sampler(ctx: ServerRequestContext[Any]) -> SendRequest | None:
+    """`sampling/createMessage` to this client, if it can answer one here (handshake era only)."""
+    session = ctx.session
+    if str(ctx.protocol_version or "") >= "2026-07-28":  # no server-to-client requests in that era
+        return None
+    if not session.check_client_capability(mcp_types.ClientCapabilities(sampling=mcp_types.SamplingCapability())):
+        return None
+
+    async def send(request: mcp_types.CreateMessageRequest) -> mcp_types.CreateMessageResult:
+        return await session.send_request(
+            request, mcp_types.CreateMessageResult, metadata=ServerMessageMetadata(related_request_id=ctx.request_id)
+        )
+
+    return send
+
+
+def _samples_by_input(ctx: ServerRequestContext[Any]) -> bool:
+    """Whether this 2026-07-28 client can answer sampling requests inside input-required results."""
+    return str(ctx.protocol_version or "") >= "2026-07-28" and ctx.session.check_client_capability(
+        mcp_types.ClientCapabilities(sampling=mcp_types.SamplingCapability())
+    )
 
 
 def _confirmer(ctx: ServerRequestContext[Any]) -> ConfirmFn | None:
@@ -86,27 +154,70 @@ def _confirmer(ctx: ServerRequestContext[Any]) -> ConfirmFn | None:
     return confirm
 
 
-def exposed_tools(hub: DownstreamHub, orchestrator: Orchestrator) -> list[mcp_types.Tool]:
-    """What `tools/list` answers: `orchestrate` (unless policy forbids it), then every routed tool."""
+def exposed_tools(
+    hub: DownstreamHub, orchestrator: Orchestrator, toolhub: ToolHub | None = None
+) -> list[mcp_types.Tool]:
+    """What `tools/list` answers: `orchestrate` (unless policy forbids it), then every routed tool.
+
+    In the `search` catalog mode (docs/toolhub.md): `orchestrate`, `search_tools` and `call_tool`
+    only; in full mode `call_capability` follows `orchestrate` when the config declares capabilities.
+    """
     own = [orchestrator.tool()] if orchestrator.refusal is None else []
+    if toolhub is None:
+        return [*own, *hub.registry.tools()]
+    if toolhub.mode == "search":
+        capabilities = toolhub.capabilities
+        servers = hub.registry.servers
+        return [
+            *(search_mode_orchestrate(t, servers, capabilities) for t in own),
+            search_tools_tool(),
+            call_tool_tool(),
+        ]
+    if toolhub.offers_capabilities:
+        own.append(call_capability_tool(toolhub.capabilities))
     return [*own, *hub.registry.tools()]
 
 
 def build_server(
-    hub: DownstreamHub, engine: ToolExecutionEngine, orchestrator: Orchestrator, callers: Callers
+    hub: DownstreamHub,
+    engine: ToolExecutionEngine,
+    orchestrator: Orchestrator,
+    callers: Callers,
+    *,
+    toolhub: ToolHub | None = None,
+    delegator: Delegator | None = None,
 ) -> FrontServer:
-    """The front server over `hub`'s tools, calling through `engine`, plus `orchestrate`."""
+    """The front server over `hub`'s tools, calling through `engine`, plus `orchestrate` (and the ToolHub's tools)."""
     sessions: dict[int, ServerSession] = {}
     bus = InMemorySubscriptionBus()
+    levels = LogLevels()
+    sealer = Sealer()
+
+    def sampling(server: str) -> str:
+        found = hub.config.servers.get(server)
+        return found.sampling if found is not None else "deny"
+
+    def peer_for(ctx: ServerRequestContext[Any]) -> FrontPeer:
+        return FrontPeer(ctx, levels, sampling)
 
     async def list_tools(
         ctx: ServerRequestContext[Any], params: mcp_types.PaginatedRequestParams | None
     ) -> mcp_types.ListToolsResult:
-        return mcp_types.ListToolsResult(tools=exposed_tools(hub, orchestrator))
+        tools = exposed_tools(hub, orchestrator, toolhub)
+        # Search mode lists three tools; `delegate` is found with search_tools like the rest.
+        if (
+            delegator is not None
+            and delegator.refusal is None
+            and (toolhub is None or toolhub.mode != "search")
+            # Only where it can run: a model is configured, or this client can lend its own.
+            and (delegator.has_model or _sampler(ctx) is not None or _samples_by_input(ctx))
+        ):
+            tools.append(delegator.tool())
+        return mcp_types.ListToolsResult(tools=tools)
 
     async def call_tool(
         ctx: ServerRequestContext[Any], params: mcp_types.CallToolRequestParams
-    ) -> mcp_types.CallToolResult:
+    ) -> mcp_types.CallToolResult | mcp_types.InputRequiredResult:
         progress: ProgressFn | None = None
         if ctx.meta is not None and ctx.meta.get("progress_token") is not None:
             # Only when asked: a progress callback makes every downstream request carry a
@@ -119,29 +230,89 @@ def build_server(
 
             progress = forward_progress
         caller = callers.identify(ctx)
+        peer = peer_for(ctx)
+        token = calling_peer.set(peer)  # the downstream's requests and logs go back here
         try:
             if params.name == ORCHESTRATE:
-                answer = await orchestrator(
-                    params.arguments, progress=progress, request_id=ctx.request_id, caller=caller
-                )
+                durable = delegator.durable if delegator is not None else None
+                if durable is not None:  # episodes survive a restart (docs/agent-loop.md)
+                    await durable.restore(caller, params.arguments)
+                with tracing.plan_span() as span:
+                    answer = await orchestrator(
+                        params.arguments, progress=progress, request_id=ctx.request_id, caller=caller
+                    )
+                    if span is not None:
+                        tracing.plan_attributes(span, answer)
+                if durable is not None:
+                    await durable.save(caller, answer)
                 # Plan text is the model's: whatever it smuggled in must not break the reply.
                 return scrub_unpaired_surrogates(answer)
+            if delegator is not None and params.name == DELEGATE:
+                done = await delegator(
+                    params.arguments,
+                    progress=progress,
+                    caller=caller,
+                    sampler=_sampler(ctx),
+                    input_sampling=_samples_by_input(ctx),
+                    input_responses=params.input_responses,
+                    request_state=params.request_state,
+                )
+                return scrub_unpaired_surrogates(done)
+            if toolhub is not None and toolhub.handles(params.name):
+                return await toolhub.answer(
+                    params.name,
+                    params.arguments,
+                    request_id=ctx.request_id,
+                    caller=caller,
+                    confirm=_confirmer(ctx),
+                    progress=progress,
+                    sample=_sampler(ctx),
+                )
             run = await engine.execute(
                 params.name,
                 params.arguments,
                 request_id=ctx.request_id,
                 progress=progress,
                 session_id=caller,
-                confirm=_confirmer(ctx),
+                confirm=confirmer(ctx, params, caller, sealer),
             )
+        except InputRequired as asked:  # 2026-07-28: the question goes back with the result
+            return mcp_types.InputRequiredResult(input_requests=asked.requests, request_state=asked.state)
         except Exception:
             log.exception("internal error", tool=params.name)
             return error_result(f"Error executing tool {params.name}: internal gateway error (see the gateway log).")
+        finally:
+            calling_peer.reset(token)
+            peer.detach()  # the request is over: the peer must not outlive it
+        error = run.error
+        if (
+            isinstance(error, DownstreamProtocolError)
+            and error.error is not None
+            and error.error.code == mcp_types.MISSING_REQUIRED_CLIENT_CAPABILITY
+        ):
+            # The client, not the model, must act on this: it stays a JSON-RPC error.
+            raise MCPError.from_error_data(error.error)
         return run.result
 
+    def deferred() -> list[mcp_types.Tool]:
+        # The gateway's own tools in full, for search_tools to return by name.
+        own = [orchestrator.tool()] if orchestrator.refusal is None else []
+        if delegator is not None and delegator.refusal is None:
+            own.append(delegator.tool())
+        if toolhub is not None:
+            own.append(call_capability_tool(toolhub.capabilities))
+        return own
+
+    if toolhub is not None:
+        toolhub.gateway_tools = deferred
+
     def input_schema(name: str) -> dict[str, Any] | None:
+        if delegator is not None and name == DELEGATE and delegator.refusal is None:
+            return delegator.tool().input_schema
         if name == ORCHESTRATE and orchestrator.refusal is None:
             return orchestrator.tool().input_schema
+        if toolhub is not None and toolhub.handles(name):
+            return None  # the hub checks its own arguments, with messages a model can act on
         route = hub.registry.get(name)
         return route.tool.input_schema if route else None
 
@@ -162,6 +333,9 @@ def build_server(
         connection.exit_stack.callback(sessions.pop, id(connection), None)
 
     server.add_notification_handler("notifications/initialized", mcp_types.NotificationParams, on_initialized)
+    server.available = hub.capable
+    install_logging(server, hub, levels)
+    install_catalog(server, hub, engine, callers, sessions, bus, peer_for)
 
     async def tools_changed() -> None:
         for session in list(sessions.values()):
