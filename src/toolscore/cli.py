@@ -317,7 +317,6 @@ def _audit(args: argparse.Namespace, config: Config) -> int:
         for record in read_audit(path, warn=warn)[-args.n :] if args.n > 0 else []:
             print(_record_line(record))
         if args.follow:
-            sys.stdout.flush()  # the lines so far, before waiting (stdout may be a pipe)
             return _follow(Path(path))
         return 0
     try:
@@ -408,6 +407,7 @@ def _follow(path: Path) -> int:
     """Print records appended to `path` until interrupted (a rotation starts over on the new file)."""
     position = path.stat().st_size
     try:
+        sys.stdout.flush()  # the lines printed so far, before waiting (stdout may be a pipe)
         while True:
             size = path.stat().st_size if path.exists() else 0
             if size < position:

@@ -53,7 +53,9 @@ SHORTHANDS = shorthand_table(
 
 
 def check(plan: str, limits: PlanSettings | None = None, **parse: Any) -> CheckedPlan:
-    return check_plan(parse_turn(plan, **parse), REGISTRY, shorthands=SHORTHANDS, limits=limits or PlanSettings())
+    """Parse and check as `orchestrate` does (the parser's problems go on to the checker)."""
+    turn = parse_turn(plan, collect=True, **parse)
+    return check_plan(turn, REGISTRY, shorthands=SHORTHANDS, limits=limits or PlanSettings())
 
 
 def codes(plan: str, limits: PlanSettings | None = None, **parse: Any) -> list[str]:
