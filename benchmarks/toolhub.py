@@ -1,6 +1,6 @@
 """The ToolHub's figures: listing size per catalog mode, search latency, first_success over a race.
 
-    .venv/bin/python benchmarks/toolhub.py [--tools 200] [--searches 2000] [--rounds 15]
+    .venv/bin/python benchmarks/toolhub.py [--tools 200] [--searches 2000] [--rounds 15] [--only steps]
 
 1. `tools/list` of a gateway over `--tools` in-process tools (10 servers), in `full` and in
    `search` mode, as the bytes of the JSON result a real client receives.
@@ -8,11 +8,19 @@
    process, and the same through a real in-memory MCP client (that adds the protocol hop).
 3. `first_success` over a fast (50 ms) and a slow (500 ms) search server, both stdio subprocesses:
    the capability call's p50 against a direct call of the fast server's tool, alternating rounds.
+4. Steps (model tool calls) per task in `full` and `search` mode, over the same `--tools` catalog,
+   for a few representative tasks, counted by driving a real client with a fixed policy in place
+   of a model: in full mode every tool is listed, so each needed tool is one call (or the whole
+   task one `orchestrate` plan); in search mode each needed tool that no earlier search returned
+   costs a `search_tools` with the task's own words (k=5), and a second one with the tool's verb
+   and topic when the first missed it, then `call_tool` per tool (or one plan). Every call is
+   made and must succeed; the searches' misses are BM25's, measured, not assumed.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import tempfile
@@ -53,6 +61,31 @@ def catalog(total: int) -> dict[str, FakeDownstream]:
     return fakes
 
 
+# (task, [(needed tool: verb_topic, the words a user would search with)])
+TASKS = [
+    ("one lookup", [("get_weather", "weather at station w-17")]),
+    ("two independent actions", [("export_flight", "export my flight records"), ("delete_email", "delete an email")]),
+    (
+        "a chain of three on one server",
+        [
+            ("search_hotel", "find a hotel booking"),
+            ("get_hotel", "hotel booking details"),
+            ("update_hotel", "change the hotel booking"),
+        ],
+    ),
+    (
+        "five tools on five servers",
+        [
+            ("list_invoice", "unpaid invoices"),
+            ("create_ticket", "open a support ticket"),
+            ("get_calendar", "my calendar today"),
+            ("update_stock", "update stock level"),
+            ("import_recipe", "import a recipe"),
+        ],
+    ),
+]
+
+
 def size(result: Any) -> int:
     """Bytes of the result as the wire carries it (compact JSON)."""
     return len(result.model_dump_json(by_alias=True, exclude_none=True).encode())
@@ -87,6 +120,61 @@ async def listing_and_search(total: int, searches: int) -> None:
     for label, samples in (("in process (the hub)", in_process), ("through an MCP client", through)):
         q = statistics.quantiles(samples, n=20)
         print(f"  {label:24s} {statistics.median(samples) * 1000:7.3f} / {q[18] * 1000:7.3f}   (target p50 <= 1 ms)")
+
+
+def _matches(name: str, needed: str) -> bool:
+    """`weather0__get_weather_3` is a `get_weather` tool (the catalog has two of each, alike)."""
+    return name.partition("__")[2].rsplit("_", 1)[0] == needed
+
+
+async def steps(total: int) -> None:
+    fakes = catalog(total)
+    rows = []
+    for mode in ("full", "search"):
+        async with running_gateway(fakes, toolscore={"catalog": mode}) as (gw, _), Client(gw.server) as client:
+            listed = [t.name for t in (await client.list_tools()).tools]
+            for task, needs in TASKS:
+                searches, misses, found = 0, 0, {}
+                seen: list[str] = [] if mode == "search" else listed
+                for needed, words in needs:
+                    for query in (words, needed.replace("_", " ")):
+                        hit = next((n for n in seen if _matches(n, needed)), None)
+                        if hit is not None or mode == "full":
+                            break
+                        searches += 1
+                        answer = await client.call_tool("search_tools", {"query": query, "k": 5})
+                        if not answer.is_error:  # else "No tool matches": a miss like any other
+                            seen = seen + [t["name"] for t in json.loads(answer.content[0].text)]  # type: ignore[union-attr]
+                        misses += not any(_matches(n, needed) for n in seen)
+                    hit = next((n for n in seen if _matches(n, needed)), None)
+                    assert hit is not None, (mode, needed)
+                    found[needed] = hit
+                # Do the task both ways: a call per tool, then one plan; every call must succeed.
+                for name in found.values():
+                    args = {"id": "x1"}
+                    if mode == "search":
+                        result = await client.call_tool("call_tool", {"name": name, "arguments": args})
+                    else:
+                        result = await client.call_tool(name, args)
+                    assert not result.is_error, result
+                plan = "".join(
+                    f'<call server="{gw.hub.registry.get(n).server}" tool="{n.partition("__")[2]}">'  # type: ignore[union-attr]
+                    '{"id": "x1"}</call>'
+                    for n in found.values()
+                )
+                result = await client.call_tool("orchestrate", {"plan": plan + "<execute_tools />"})
+                assert not result.is_error, result
+                rows.append((task, mode, len(needs), searches, misses))
+    print(f"steps (model tool calls) per task, {total} tools; search mode: search_tools k=5, a second try on a miss")
+    header = f"{'full: calls / plan':>18s}  {'search: calls / plan':>20s}  searches (misses)"
+    print(f"  {'task':34s} {'tools':>5s}  {header}")
+    by_task = {(t, m): (n, s, x) for t, m, n, s, x in rows}
+    for task, _ in TASKS:
+        n, searched, missed = by_task[(task, "search")]
+        assert by_task[(task, "full")][1] == 0  # every tool listed: no search
+        print(
+            f"  {task:34s} {n:5d}  {n:>11d} / {1:<4d}  {n + searched:>13d} / {1 + searched:<4d}  {searched} ({missed})"
+        )
 
 
 async def race(rounds: int, fast: float, slow: float) -> None:
@@ -131,10 +219,15 @@ def main() -> None:
     parser.add_argument("--tools", type=int, default=200)
     parser.add_argument("--searches", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--only", choices=["listing", "race", "steps"], help="run one part")
     args = parser.parse_args()
     configure_logging("error")
-    anyio.run(listing_and_search, args.tools, args.searches)
-    anyio.run(race, args.rounds, 0.05, 0.5)
+    if args.only in (None, "listing"):
+        anyio.run(listing_and_search, args.tools, args.searches)
+    if args.only in (None, "race"):
+        anyio.run(race, args.rounds, 0.05, 0.5)
+    if args.only in (None, "steps"):
+        anyio.run(steps, args.tools)
 
 
 if __name__ == "__main__":

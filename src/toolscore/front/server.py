@@ -305,6 +305,7 @@ def build_server(
 
     if toolhub is not None:
         toolhub.gateway_tools = deferred
+        orchestrator.capabilities = toolhub  # `<call capability="...">` steps go through the hub
 
     def input_schema(name: str) -> dict[str, Any] | None:
         if delegator is not None and name == DELEGATE and delegator.refusal is None:

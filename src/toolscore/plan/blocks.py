@@ -34,7 +34,7 @@ from typing import Any, Literal, Protocol
 
 import anyio
 
-from toolscore.plan.nodes import Block, CheckedBlock, CheckedCall, CheckedNode, Status
+from toolscore.plan.nodes import Block, CheckedBlock, CheckedCall, CheckedCapability, CheckedNode, Status
 
 __all__ = [
     "COMMON_ATTRIBUTES",
@@ -207,7 +207,7 @@ def option(block: Block, key: str) -> Any:
 
 def _continues(child: CheckedNode) -> bool:
     """A call whose failure does not fail its sequence (`on_error="continue"`)."""
-    return isinstance(child, CheckedCall) and child.node.on_error == "continue"
+    return isinstance(child, CheckedCall | CheckedCapability) and child.node.on_error == "continue"
 
 
 async def _concurrently(

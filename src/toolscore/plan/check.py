@@ -25,6 +25,7 @@ call's (a block around the call, or the call itself) finishes later: a forward r
 from __future__ import annotations
 
 import contextlib
+import difflib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -33,7 +34,17 @@ from toolscore.config import PlanSettings, Shorthand
 from toolscore.downstream.registry import Registry, Route
 from toolscore.errors import PlanCheckError, PlanProblem, RefSyntaxError
 from toolscore.plan.blocks import SPECS, BlockKind, either
-from toolscore.plan.nodes import Block, CallNode, CheckedBlock, CheckedCall, CheckedNode, CheckedPlan, ParsedTurn
+from toolscore.plan.nodes import (
+    Block,
+    CallNode,
+    CheckedBlock,
+    CheckedCall,
+    CheckedCapability,
+    CheckedNode,
+    CheckedPlan,
+    ParsedTurn,
+)
+from toolscore.plan.parse import CAPABILITY_RE
 from toolscore.plan.refs import Ref, contains_ref, find_refs, nearest, repair_bare, repair_mustache, step_like
 from toolscore.plan.values import loads
 
@@ -65,6 +76,13 @@ _MAX_HINTS = 16
 """How many problems of one plan get a "did you mean" (each costs a bounded difflib search)."""
 _MAX_CYCLE = 64
 """Cycles longer than this (steps) are reported as plain forward references: bounded work."""
+_MAX_LISTED = 20
+"""Capabilities named in an unknown capability's problem, nearest first."""
+
+
+def _nearest_first(word: str, names: list[str]) -> list[str]:
+    """`names` ordered by likeness to `word` (the parser bounds a capability to 32 characters)."""
+    return sorted(names, key=lambda n: (-difflib.SequenceMatcher(None, word, n[:64]).ratio(), n))
 
 
 def _calls_in(block: Block) -> list[CallNode]:
@@ -91,8 +109,10 @@ class _Checker:
         limits: PlanSettings,
         earlier_steps: Mapping[int, str | None],
         earlier_ids: Mapping[str, int | None],
+        capabilities: Mapping[str, tuple[str, ...]] | None = None,
     ) -> None:
         self.turn = turn
+        self.capabilities = capabilities
         self.registry = registry
         self.shorthands = shorthands
         self.limits = limits
@@ -102,6 +122,7 @@ class _Checker:
         self.ids: dict[str, int | Block] = {}
         self.paths: dict[int | str, _Path] = {}  # this turn's targets -> where they are
         self.calls: list[CheckedCall] = []
+        self.capability_steps: list[CheckedCapability] = []
         self.warnings: list[str] = []
         self.refs_of: dict[int, tuple[Ref, ...]] = {}
         """Each call's references, to name the edge of a cycle."""
@@ -139,7 +160,7 @@ class _Checker:
 
     def node(self, node: CallNode | Block) -> CheckedNode | None:
         if isinstance(node, CallNode):
-            return self.call(node)
+            return self.call(node) if node.capability is None else self.capability(node)
         if SPECS[node.kind].children == "alternatives":
             if not node.children:
                 self.problem("empty_block", f"<{node.kind}> needs at least one alternative", node)
@@ -316,6 +337,80 @@ class _Checker:
         arguments = self.bind(node, route, shorthand)
         if arguments is None:
             return None
+        found = self.references(node, arguments)
+        if found is None:
+            return None
+        arguments, refs = found
+        errors = [e for e in route.validator.iter_errors(arguments) if not contains_ref(e.instance)]
+        for err in sorted(errors, key=lambda e: list(map(str, e.absolute_path))):
+            where = format_path(err.absolute_path)
+            self.problem("invalid_arguments", f"{route.public_name}: {where}: {err.message}", node)
+        if node.retries:
+            hints = route.tool.annotations
+            safe = node.idempotent or (hints is not None and (hints.read_only_hint or hints.idempotent_hint))
+            if not safe:
+                self.problem(
+                    "unsafe_retries",
+                    f"retries on '{route.public_name}', which is not annotated readOnly or idempotent; "
+                    'add idempotent="true" if repeating it is harmless',
+                    node,
+                )
+        checked = CheckedCall(node, route, arguments, refs)
+        self.calls.append(checked)
+        return checked
+
+    def capability(self, node: CallNode) -> CheckedCapability | None:
+        """`<call capability="search">{...}</call>`: a capability the ToolHub offers, its arguments as JSON."""
+        name = node.capability
+        assert name is not None
+        if not CAPABILITY_RE.fullmatch(name):
+            return None  # the parser said what is wrong with it (`bad_attribute`)
+        where = f'step {node.step} <call capability="{name}">'
+        if self.capabilities is None:
+            self.problem(
+                "no_toolhub",
+                f"{where}: capability steps need the ToolHub, which is not configured here; declare capabilities "
+                'in servers.json (a server\'s "capabilities") or name the tool: <call server="S" tool="T">{...}</call>',
+                node,
+            )
+            return None
+        candidates = self.capabilities.get(name)
+        if not candidates:
+            known = _nearest_first(name, list(self.capabilities))
+            shown = ", ".join(known[:_MAX_LISTED]) + (", ..." if len(known) > _MAX_LISTED else "")
+            self.problem(
+                "unknown_capability",
+                f"{where}: no tool offers capability '{name}'; capabilities, nearest first: {shown or 'none'}",
+                node,
+            )
+            return None
+        if node.retries:
+            self.problem(
+                "bad_attribute",
+                f"{where}: retries do not apply to a capability step (its candidates are the alternatives); "
+                "remove retries, or set the capability's strategy to 'fallback'",
+                node,
+            )
+        spec = node.args
+        if spec.kind == "invalid":
+            return None  # already reported
+        if spec.kind not in ("empty", "json", "args"):
+            self.problem(
+                "bad_arg",
+                f'{where}: a capability step takes a JSON object: <call capability="{name}">{{"query": "..."}}</call>',
+                node,
+            )
+            return None
+        found = self.references(node, dict(spec.value or {}))
+        if found is None:
+            return None
+        arguments, refs = found
+        checked = CheckedCapability(node, name, arguments, refs, candidates)
+        self.capability_steps.append(checked)
+        return checked
+
+    def references(self, node: CallNode, arguments: dict[str, Any]) -> tuple[dict[str, Any], tuple[Ref, ...]] | None:
+        """The arguments with slips of reference syntax repaired, and their references, each checked."""
         arguments, repaired = repair_mustache(arguments, self.known)
         for raw in repaired:
             self.warnings.append(f"step {node.step}: read {raw} as ${{...}}; write references as ${{id}}")
@@ -340,23 +435,7 @@ class _Checker:
         self.refs_of[node.step] = refs
         for ref in refs:
             self.reference(node, ref)
-        errors = [e for e in route.validator.iter_errors(arguments) if not contains_ref(e.instance)]
-        for err in sorted(errors, key=lambda e: list(map(str, e.absolute_path))):
-            where = format_path(err.absolute_path)
-            self.problem("invalid_arguments", f"{route.public_name}: {where}: {err.message}", node)
-        if node.retries:
-            hints = route.tool.annotations
-            safe = node.idempotent or (hints is not None and (hints.read_only_hint or hints.idempotent_hint))
-            if not safe:
-                self.problem(
-                    "unsafe_retries",
-                    f"retries on '{route.public_name}', which is not annotated readOnly or idempotent; "
-                    'add idempotent="true" if repeating it is harmless',
-                    node,
-                )
-        checked = CheckedCall(node, route, arguments, refs)
-        self.calls.append(checked)
-        return checked
+        return arguments, refs
 
     def meant(self, ref: Ref) -> str:
         """What a reference to nothing may have meant: a step (`${step_1}`), a near id, or text."""
@@ -448,6 +527,7 @@ def check_plan(
     limits: PlanSettings,
     earlier_steps: Mapping[int, str | None] | None = None,
     earlier_ids: Mapping[str, int | None] | None = None,
+    capabilities: Mapping[str, tuple[str, ...]] | None = None,
 ) -> CheckedPlan:
     """Check a parsed turn against the exposed tools.
 
@@ -458,6 +538,8 @@ def check_plan(
         limits: Plan limits from the config.
         earlier_steps: Step numbers of earlier turns in the episode -> their ids.
         earlier_ids: Ids of earlier turns -> their step numbers (None for blocks).
+        capabilities: Capability -> the tools offering it, best first (the ToolHub's); None
+            where there is no ToolHub, and a capability step is then refused.
 
     Raises:
         PlanCheckError: with every problem found.
@@ -468,7 +550,7 @@ def check_plan(
         # Alone and at once: checking thousands of steps would only bury this one problem.
         message = f"the plan has {len(turn.calls)} steps; the limit is {limits.max_steps}"
         raise PlanCheckError([PlanProblem("too_many_steps", message)])
-    checker = _Checker(turn, registry, shorthands, limits, earlier_steps or {}, earlier_ids or {})
+    checker = _Checker(turn, registry, shorthands, limits, earlier_steps or {}, earlier_ids or {}, capabilities)
     checker.index(turn.root, ())
     root = checker.node(turn.root)
     for node, ref in checker.forwards:
@@ -480,7 +562,8 @@ def check_plan(
         raise PlanCheckError(problems)
     assert isinstance(root, CheckedBlock)
     calls = tuple(sorted(checker.calls, key=lambda c: c.step))
-    return CheckedPlan(root, calls, checker.ids, tuple(checker.warnings))
+    capability_steps = tuple(sorted(checker.capability_steps, key=lambda c: c.step))
+    return CheckedPlan(root, calls, checker.ids, tuple(checker.warnings), capability_steps)
 
 
 def shorthand_table(servers: Sequence[tuple[str, tuple[Shorthand, ...]]]) -> dict[str, tuple[str, Shorthand]]:

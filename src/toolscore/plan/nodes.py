@@ -20,8 +20,10 @@ __all__ = [
     "CallNode",
     "CheckedBlock",
     "CheckedCall",
+    "CheckedCapability",
     "CheckedNode",
     "CheckedPlan",
+    "CheckedStep",
     "Node",
     "ParsedTurn",
     "Status",
@@ -63,6 +65,8 @@ class CallNode:
     retries: int = 0
     on_error: Literal["skip_dependents", "continue"] = "skip_dependents"
     idempotent: bool = False
+    capability: str | None = None
+    """`<call capability="search">`: the ToolHub picks the tools (no server or tool is named)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +115,22 @@ class CheckedCall:
 
 
 @dataclass(frozen=True, slots=True)
+class CheckedCapability:
+    """A capability step ready to run: its arguments, references, and the candidates it would try."""
+
+    node: CallNode
+    capability: str
+    arguments: dict[str, Any]
+    refs: tuple[Ref, ...]
+    candidates: tuple[str, ...]
+    """The tools offering the capability, best first, when the plan was checked (the run re-ranks)."""
+
+    @property
+    def step(self) -> int:
+        return self.node.step
+
+
+@dataclass(frozen=True, slots=True)
 class CheckedBlock:
     """A block whose children are checked."""
 
@@ -118,7 +138,8 @@ class CheckedBlock:
     children: tuple[CheckedNode, ...]
 
 
-CheckedNode = CheckedCall | CheckedBlock
+CheckedStep = CheckedCall | CheckedCapability
+CheckedNode = CheckedCall | CheckedCapability | CheckedBlock
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,3 +152,10 @@ class CheckedPlan:
     """This turn's ids: a call's id maps to its step number, a block's to the block."""
     warnings: tuple[str, ...] = ()
     """Repairs the checker made (e.g. `{{x}}` read as `${x}`)."""
+    capabilities: tuple[CheckedCapability, ...] = ()
+    """The capability steps (`calls` holds the steps routed to one tool)."""
+
+    @property
+    def steps(self) -> tuple[CheckedStep, ...]:
+        """Every step, routed or capability, in step order."""
+        return tuple(sorted((*self.calls, *self.capabilities), key=lambda c: c.step))

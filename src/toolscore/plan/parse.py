@@ -60,7 +60,7 @@ from toolscore.plan.nodes import ArgsSpec, Block, CallNode, Node, ParsedTurn
 from toolscore.plan.refs import nearest
 from toolscore.plan.values import char_data, has_surrogate, loads, repair_json, snippet, surrogate_at
 
-__all__ = ["MAX_DEPTH", "MAX_DEPTH_CEILING", "MAX_PLAN_BYTES", "MAX_STEPS", "parse_turn"]
+__all__ = ["CAPABILITY_RE", "MAX_DEPTH", "MAX_DEPTH_CEILING", "MAX_PLAN_BYTES", "MAX_STEPS", "parse_turn"]
 
 MAX_PLAN_BYTES = 64 * 1024
 MAX_DEPTH = 8
@@ -90,8 +90,10 @@ _CALL_ATTRIBUTES: Mapping[str, Attribute] = {
     "idempotent": Flag(default=False),
 }
 _V2_CALL_ATTRS = frozenset({"backoff", "cache", "view"})
-_EXPLICIT = frozenset({"server", "tool"})
+_EXPLICIT = frozenset({"server", "tool", "capability"})
 """A `<call>`'s own attributes: its route, read by `element`, not call options."""
+CAPABILITY_RE = re.compile(r"[a-z0-9_-]{1,32}")
+"""A capability tag as the ToolHub writes them."""
 _SERVER_BLOCK_ATTRIBUTES: Mapping[str, Attribute] = {"timeout": Duration()}
 # A block's open tag that did not lex (say `<if test="a < b">`): refused rather than read as text,
 # or the calls inside it would run unconditionally.
@@ -334,7 +336,15 @@ class _Parser:
         elif name in _BLOCKS:
             self.block(index, attrs, nodes, depth)
         elif name == "call":
-            self.call(index, attrs, nodes, server=attrs.get("server"), tool=attrs.get("tool"), explicit=True)
+            self.call(
+                index,
+                attrs,
+                nodes,
+                server=attrs.get("server"),
+                tool=attrs.get("tool"),
+                capability=attrs.get("capability"),
+                explicit=True,
+            )
         elif name == "tool_call":
             self.hermes(index, attrs, nodes)
         elif self_closing:
@@ -517,16 +527,28 @@ class _Parser:
         default_timeout: float | None = None,
         limit: int | None = None,
         given: ArgsSpec | None = None,
+        capability: str | None = None,
     ) -> None:
         """One call from its open tag `index`; `limit` is the enclosing server block's close tag.
 
         `given`: the arguments, when they were read some other way (`<tool_call>`).
+        `capability`: `<call capability="...">`, a step the ToolHub routes (no server, no tool).
         """
         s, text, tokens = self.s, self.s.text, self.tokens
         token = tokens[index]
         name, start, close = canonical(token.name), token.start, token.close
         public = None
-        if explicit and tool and not server:
+        if capability is not None:
+            if server is not None or tool is not None:
+                message = '<call capability="..."> names no server or tool: the ToolHub picks the tools'
+                s.problem("bad_call", message, start, tag="call")
+            elif not CAPABILITY_RE.fullmatch(capability):
+                message = (
+                    f"<call capability={capability[:40]!r}>: a capability is lower-case letters, digits, "
+                    "'_' and '-', at most 32 characters"
+                )
+                s.problem("bad_attribute", message, start, tag="call")
+        elif explicit and tool and not server:
             public, tool = tool, None  # `tool="fx__echo"`: a name as clients see it, resolved by the checker
         elif explicit and not tool:
             s.problem("bad_call", '<call> needs server="..." and tool="..."', start, tag="call")
@@ -576,7 +598,16 @@ class _Parser:
         if len(s.problems) > problems:
             args = ArgsSpec("invalid")  # reported; the checker still checks the rest of the call
         node = CallNode(
-            step, name, s.line(start), args, server=server, tool=tool, shorthand=shorthand, public=public, **options
+            step,
+            name,
+            s.line(start),
+            args,
+            server=server,
+            tool=tool,
+            shorthand=shorthand,
+            public=public,
+            capability=capability,
+            **options,
         )
         s.calls.append(node)
         nodes.append(node)

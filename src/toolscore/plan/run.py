@@ -23,9 +23,9 @@ from __future__ import annotations
 import json
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 import mcp_types
@@ -33,11 +33,47 @@ import mcp_types
 from toolscore._engine import ToolExecutionEngine
 from toolscore.errors import RefError
 from toolscore.plan.blocks import SPECS
-from toolscore.plan.nodes import Block, CheckedBlock, CheckedCall, CheckedNode, CheckedPlan, Status
+from toolscore.plan.nodes import (
+    Block,
+    CheckedBlock,
+    CheckedCapability,
+    CheckedNode,
+    CheckedPlan,
+    CheckedStep,
+    Status,
+)
 from toolscore.plan.refs import resolve
 from toolscore.types import ProgressFn
 
-__all__ = ["BlockOutcome", "Episode", "PlanRunner", "StepRecord"]
+__all__ = ["CAPABILITY_SERVER", "BlockOutcome", "CapabilityHub", "Episode", "PlanRunner", "StepRecord"]
+
+CAPABILITY_SERVER = "capability"
+"""What a capability step's record names as its server (its tool is the capability)."""
+
+
+class CapabilityHub(Protocol):
+    """What plans need of the ToolHub (`toolscore.toolhub.ToolHub` is one)."""
+
+    @property
+    def offers_capabilities(self) -> bool:
+        """Whether the config declares capabilities (then the plan contract names them)."""
+        ...
+
+    def candidate_table(self) -> dict[str, tuple[str, ...]]:
+        """Capability -> the tools offering it, in the order a call tries them."""
+        ...
+
+    async def call_capability(
+        self,
+        capability: str,
+        arguments: Mapping[str, Any],
+        *,
+        caller: str | None = None,
+        plan_id: str | None = None,
+    ) -> mcp_types.CallToolResult:
+        """One capability call: candidates, argument maps, strategy, fan-out, policy and audit per candidate."""
+        ...
+
 
 _RETRY_KINDS = frozenset({"timeout", "unavailable", "protocol"})
 _BACKOFF_FIRST, _BACKOFF_MAX = 0.25, 5.0
@@ -110,11 +146,11 @@ class Episode:
         return record.value() if record else None
 
 
-def _calls(node: CheckedBlock) -> list[CheckedCall]:
-    """Every call inside a block, in document order."""
-    found: list[CheckedCall] = []
+def _calls(node: CheckedBlock) -> list[CheckedStep]:
+    """Every step inside a block, in document order."""
+    found: list[CheckedStep] = []
     for child in node.children:
-        found.extend([child] if isinstance(child, CheckedCall) else _calls(child))
+        found.extend(_calls(child) if isinstance(child, CheckedBlock) else [child])
     return found
 
 
@@ -155,10 +191,13 @@ class PlanRunner:
         total: int,
         caller: str | None = None,
         max_argument_bytes: int | None = None,
+        capabilities: CapabilityHub | None = None,
     ) -> None:
         """Args:
         max_argument_bytes: The most a step's arguments may grow to once references are resolved.
+        capabilities: Runs the capability steps (the checker refuses them where there is none).
         """
+        self._capabilities = capabilities
         self._max_argument_bytes = max_argument_bytes
         self._engine = engine
         self._episode = episode
@@ -172,11 +211,14 @@ class PlanRunner:
 
     async def run(self, plan: CheckedPlan, budget: float) -> bool:
         """Run the plan within `budget` seconds; returns False if the budget ran out."""
-        for call in plan.calls:
+        for call in plan.steps:
             node = call.node
-            self._episode.steps[call.step] = StepRecord(
-                call.step, node.id, call.route.server, call.route.remote_name, on_error=node.on_error
+            server, tool = (
+                (CAPABILITY_SERVER, call.capability)
+                if isinstance(call, CheckedCapability)
+                else (call.route.server, call.route.remote_name)
             )
+            self._episode.steps[call.step] = StepRecord(call.step, node.id, server, tool, on_error=node.on_error)
             if node.id:
                 self._episode.ids[node.id] = call.step
         for ident, target in plan.ids.items():
@@ -196,7 +238,7 @@ class PlanRunner:
 
     async def _node(self, node: CheckedNode, deadline: float) -> Status:
         """Run a node; `deadline` is the effective one (blocks and budget), to tell timeouts apart."""
-        if isinstance(node, CheckedCall):
+        if not isinstance(node, CheckedBlock):
             return await self._call(node, deadline)
         block = node.block
         spec = SPECS[block.kind]
@@ -221,7 +263,7 @@ class PlanRunner:
 
     # -- calls ------------------------------------------------------------------------------------
 
-    async def _call(self, call: CheckedCall, deadline: float) -> Status:
+    async def _call(self, call: CheckedStep, deadline: float) -> Status:
         record = self._episode.steps[call.step]
         began = time.perf_counter()
         try:
@@ -241,7 +283,7 @@ class PlanRunner:
         await self._finished(record)
         return record.status
 
-    async def _attempts(self, call: CheckedCall, record: StepRecord) -> None:
+    async def _attempts(self, call: CheckedStep, record: StepRecord) -> None:
         for ref in call.refs:
             source = self._episode.lookup(ref.target)
             source_record = self._source_record(ref.target)
@@ -259,6 +301,9 @@ class PlanRunner:
             arguments = resolve(call.arguments, self._episode.lookup, max_bytes=self._max_argument_bytes)
         except RefError as exc:
             record.status, record.error = "ref_error", str(exc)
+            return
+        if isinstance(call, CheckedCapability):
+            await self._capability(call, arguments, record)
             return
         retries = call.node.retries
         delay = _BACKOFF_FIRST
@@ -287,6 +332,30 @@ class PlanRunner:
             await anyio.sleep(min(delay, _BACKOFF_MAX) * random.uniform(0.8, 1.2))
             delay *= 2
 
+    async def _capability(self, call: CheckedCapability, arguments: dict[str, Any], record: StepRecord) -> None:
+        """A capability step: one ToolHub call, its candidates' own calls each through the engine."""
+        record.attempts = 1
+        if self._capabilities is None:  # the checker refuses capability steps without a hub
+            record.status, record.error = "error", "no ToolHub: capability steps cannot run here"
+            return
+        timeout = call.node.timeout
+        with anyio.move_on_after(timeout) as scope:
+            result = await self._capabilities.call_capability(
+                call.capability, arguments, caller=self._caller, plan_id=self._plan_id
+            )
+        if scope.cancelled_caught:
+            record.status, record.error = "timeout", f"the capability call ran past the step's timeout ({timeout} s)"
+            return
+        record.result = result
+        record.text = _text_of(result)
+        # The hub closes an answer with a note on its candidates (also in _meta): the JSON is the answer's.
+        answer = result.model_copy(update={"content": result.content[:-1]}) if not result.is_error else result
+        record.json = _json_of(answer, _text_of(answer))
+        if result.is_error:
+            record.status, record.error = "error", record.text or "tool_error"
+        else:
+            record.status, record.error = "ok", None
+
     def _explain_unrun(self, node: CheckedBlock, status: Status) -> None:
         """Give the steps a block never started the reason it did not."""
         records = [self._episode.steps[call.step] for call in _calls(node)]
@@ -307,7 +376,7 @@ class PlanRunner:
 
     def explain_budget(self, plan: CheckedPlan) -> None:
         """After the budget ran out: the steps that never started say so."""
-        for call in plan.calls:
+        for call in plan.steps:
             record = self._episode.steps[call.step]
             if record.status == "skipped" and record.error is None:
                 record.error = "not run: the plan's time budget ran out first"
@@ -328,7 +397,7 @@ class PlanRunner:
     def _child_values(self, node: CheckedBlock) -> list[tuple[str | None, dict[str, Any] | None]]:
         out: list[tuple[str | None, dict[str, Any] | None]] = []
         for child in node.children:
-            if isinstance(child, CheckedCall):
+            if not isinstance(child, CheckedBlock):
                 out.append((child.node.id, self._episode.steps[child.step].value()))
             else:
                 ident = child.block.id
@@ -345,6 +414,6 @@ class PlanRunner:
         failed = [
             f"step {c.step}: {self._episode.steps[c.step].status}"
             for c in node.children
-            if isinstance(c, CheckedCall) and self._episode.steps[c.step].status != "ok"
+            if not isinstance(c, CheckedBlock) and self._episode.steps[c.step].status != "ok"
         ]
         return f"<{kind}>: {SPECS[kind].failure}" + (f" ({'; '.join(failed)})" if failed else "")

@@ -20,9 +20,9 @@ from toolscore.config import Config
 from toolscore.errors import PlanCheckError, PlanProblem, PlanSyntaxError
 from toolscore.plan.blocks import SPECS
 from toolscore.plan.check import check_plan, shorthand_table
-from toolscore.plan.nodes import CheckedBlock, CheckedCall, CheckedPlan, ParsedTurn
+from toolscore.plan.nodes import CheckedBlock, CheckedCapability, CheckedNode, CheckedPlan, ParsedTurn
 from toolscore.plan.parse import parse_turn
-from toolscore.plan.run import Episode, PlanRunner
+from toolscore.plan.run import CapabilityHub, Episode, PlanRunner
 from toolscore.plan.transcript import render_plan_errors, render_results
 from toolscore.types import ProgressFn, ToolSource
 
@@ -70,7 +70,7 @@ def _text(text: str, *, is_error: bool = False, structured: dict[str, Any] | Non
 def _referenced_steps(plan: CheckedPlan) -> frozenset[int]:
     """Steps of this plan whose results later steps take by reference."""
     steps: set[int] = set()
-    for call in plan.calls:
+    for call in plan.steps:
         for ref in call.refs:
             target = plan.ids.get(ref.target, ref.target) if isinstance(ref.target, str) else ref.target
             if isinstance(target, int):
@@ -128,6 +128,8 @@ class EpisodeStore:
 
 
 _MAX_CALLERS = 256
+_LISTED_CAPABILITIES = 12
+"""Capabilities the contract names (those most tools offer)."""
 _ANONYMOUS = "principal:anonymous"
 _OFFLOAD_BYTES = 4096
 """Plans larger than this are parsed and checked in a worker thread, off the event loop."""
@@ -159,6 +161,8 @@ class Orchestrator:
         self._shorthands = shorthand_table([(s.name, s.shorthands) for s in config.enabled_servers])
         self.episodes = EpisodeStore(per_caller=self._limits.episodes, max_callers=_MAX_CALLERS)
         self._limiters: dict[str, anyio.CapacityLimiter] = {}
+        self.capabilities: CapabilityHub | None = None
+        """The ToolHub, for `<call capability="...">` steps (set by the front); without it they are refused."""
 
     def tool(self) -> mcp_types.Tool:
         """The tool definition, listing the shorthand tags and servers available now."""
@@ -173,6 +177,13 @@ class Orchestrator:
             servers=", ".join(registry.servers) or "none",
             blocks=_BLOCKS,
         )
+        hub = self.capabilities
+        if hub is not None and hub.offers_capabilities and (table := hub.candidate_table()):
+            common = sorted(table, key=lambda tag: (-len(table[tag]), tag))[:_LISTED_CAPABILITIES]
+            description += (
+                '\n- Capability step: <call capability="C">{"json": "args"}</call> calls the tools offering C '
+                f"(raced, merged or in turn, as configured); capabilities: {', '.join(common)}."
+            )
         return mcp_types.Tool(
             name=ORCHESTRATE,
             title="Run a plan of tool calls",
@@ -214,13 +225,20 @@ class Orchestrator:
             )
         # A snapshot: the episode may change while a worker thread checks against it.
         earlier = ({n: r.id for n, r in episode.steps.items()}, dict(episode.ids), episode.next_step)
+        # The capabilities and their candidates, ranked now on the event loop (the scores change
+        # under it); only for a plan that may hold a capability step.
+        table = (
+            self.capabilities.candidate_table()
+            if self.capabilities is not None and "capability" in plan.lower()
+            else None
+        )
         try:
             if len(plan) > _OFFLOAD_BYTES:
                 # Parsing and checking are linear, but a large plan still takes milliseconds:
                 # a worker thread keeps every other client's calls moving meanwhile.
-                turn, checked = await anyio.to_thread.run_sync(self._prepare, plan, *earlier)
+                turn, checked = await anyio.to_thread.run_sync(self._prepare, plan, *earlier, table)
             else:
-                turn, checked = self._prepare(plan, *earlier)
+                turn, checked = self._prepare(plan, *earlier, table)
         except (PlanSyntaxError, PlanCheckError) as exc:
             self._audit_plan(plan, request_id, None, began, {"plan_error": len(exc.problems)}, success=False)
             return _text(render_plan_errors(exc.problems), is_error=True)
@@ -237,13 +255,14 @@ class Orchestrator:
             plan_id=plan_id,
             limiters=self._limiter,
             progress=progress,
-            total=len(checked.calls),
+            total=len(checked.steps),
             caller=caller,
             # A step's resolved arguments may be no larger than what a client may send directly.
             max_argument_bytes=self._config.settings.max_request_bytes,
+            capabilities=self.capabilities,
         )
         finished = await runner.run(checked, self._limits.budget_seconds)
-        records = [episode.steps[c.step] for c in checked.calls]
+        records = [episode.steps[c.step] for c in checked.steps]
         text, steps = render_results(
             records,
             runner.blocks,
@@ -260,9 +279,16 @@ class Orchestrator:
         return _text(text, structured=structured)
 
     def _prepare(
-        self, plan: str, earlier_steps: dict[int, str | None], earlier_ids: dict[str, int | None], first_step: int
+        self,
+        plan: str,
+        earlier_steps: dict[int, str | None],
+        earlier_ids: dict[str, int | None],
+        first_step: int,
+        capabilities: dict[str, tuple[str, ...]] | None = None,
     ) -> tuple[ParsedTurn, CheckedPlan | None]:
         """Parse and check a plan (pure: safe in a worker thread); no checked plan if it has no calls.
+
+        `capabilities`: the ToolHub's capabilities and candidates, or None where there is no hub.
 
         Raises:
             PlanSyntaxError, PlanCheckError: every problem found.
@@ -286,6 +312,7 @@ class Orchestrator:
             limits=self._limits,
             earlier_steps=earlier_steps,
             earlier_ids=earlier_ids,
+            capabilities=capabilities if self.capabilities is not None else None,
         )
         if self._policy is not None and (problems := self._policy(checked)):
             raise PlanCheckError(problems)
@@ -305,8 +332,18 @@ class Orchestrator:
         return _text(render_plan_errors([problem]), is_error=True)
 
     def _describe(self, plan: CheckedPlan, turn: ParsedTurn, episode: Episode) -> mcp_types.CallToolResult:
-        def node(n: CheckedBlock | CheckedCall) -> dict[str, Any]:
-            if isinstance(n, CheckedCall):
+        def node(n: CheckedNode) -> dict[str, Any]:
+            if isinstance(n, CheckedCapability):
+                return {
+                    "step": n.step,
+                    "id": n.node.id,
+                    "capability": n.capability,
+                    "candidates": list(n.candidates),
+                    "arguments": n.arguments,
+                    "depends_on": sorted({str(r.target) for r in n.refs}),
+                    "timeout": n.node.timeout,
+                }
+            if not isinstance(n, CheckedBlock):
                 return {
                     "step": n.step,
                     "id": n.node.id,
@@ -322,13 +359,16 @@ class Orchestrator:
             return {"block": str(block.kind), "id": block.id, "children": [node(c) for c in n.children]}
 
         tree = node(plan.root)
-        lines = [f'<plan steps="{len(plan.calls)}" episode="{episode.id}" dry_run="true">']
-        for call in plan.calls:
+        lines = [f'<plan steps="{len(plan.steps)}" episode="{episode.id}" dry_run="true">']
+        for call in plan.steps:
             deps = ", ".join(sorted({str(r.target) for r in call.refs})) or "-"
-            lines.append(
-                f"  step {call.step}{' (' + call.node.id + ')' if call.node.id else ''}: "
-                f"{call.route.server}.{call.route.remote_name} depends on {deps}"
+            what = (
+                f"capability {call.capability} (candidates, best first: {', '.join(call.candidates)})"
+                if isinstance(call, CheckedCapability)
+                else f"{call.route.server}.{call.route.remote_name}"
             )
+            named = f" ({call.node.id})" if call.node.id else ""
+            lines.append(f"  step {call.step}{named}: {what} depends on {deps}")
         lines.append("</plan>")
         lines.extend(f"<warning>{w}</warning>" for w in (*turn.warnings, *plan.warnings))
         return _text("\n".join(lines), structured={"episode": episode.id, "plan": tree})

@@ -130,6 +130,10 @@ class ToolHub:
         candidates = self.capabilities.candidates(capability)
         return self.scores.order(candidates, lambda t: (t.route.public_name, t.priority, t.order))
 
+    def candidate_table(self) -> dict[str, tuple[str, ...]]:
+        """Every capability -> its tools, in the order a call tries them now (for plan checks)."""
+        return {tag: tuple(t.route.public_name for t in self.ranked(tag)) for tag in self.capabilities.by_tag}
+
     def search(self, query: str, k: int) -> list[dict[str, Any]]:
         """The `k` best tools for `query`: full definitions, tags, and near-duplicates folded in."""
         index = self._current()
