@@ -135,6 +135,7 @@ async def open_gateway(
         console: Keeps the latest audit records for the web console (None: no console).
     """
     state = open_state(config)  # None: every piece of state in this process
+    records = state.episodes(config.settings.loop.episode_ttl_seconds) if state is not None else None
     policy = build_policy(config, state=state)
     sink = audit if audit is not None else _audit_sink(config)
     settings = config.settings
@@ -189,11 +190,11 @@ async def open_gateway(
                 policy=policy.plan_problems,
                 refusal=policy.gateway_tool_refusal(DELEGATE),
                 plan_episodes=orchestrator.episodes,
+                # Shared: any replica continues any episode, and any paused 2026-era `delegate` task.
+                records=records,
             )
-            if state is not None:  # any replica continues any episode
-                delegator.durable = SharedEpisodes(
-                    state.episodes(settings.loop.episode_ttl_seconds), orchestrator.episodes
-                )
+            if records is not None:
+                delegator.durable = SharedEpisodes(records, orchestrator.episodes)
             server = build_server(hub, engine, orchestrator, callers, toolhub=toolhub, delegator=delegator)
             if tracing.tracer is not None:  # an HTTP `traceparent` continues the caller's trace
                 server.middleware.insert(0, tracing.TraceparentMiddleware())

@@ -29,6 +29,15 @@ async def test_records_survive_a_restart_and_stay_with_their_caller(tmp_path: Pa
     again.close()
 
 
+async def test_take_hands_a_record_to_its_owner_once(tmp_path: Path) -> None:
+    db = EpisodeDB(tmp_path / "e.sqlite3", ttl_seconds=60)
+    await db.put("pending", "s1", "alice", {"task": "t"})
+    assert await db.take("pending", "s1", "mallory") is None  # not theirs: left alone
+    taken = [await db.take("pending", "s1", "alice") for _ in range(2)]
+    assert taken == [{"task": "t"}, None]
+    db.close()
+
+
 async def test_expired_records_are_gone(tmp_path: Path) -> None:
     db = EpisodeDB(":memory:", ttl_seconds=0.001)
     await db.put("plan", "old", "a", {"x": 1})

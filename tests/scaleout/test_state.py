@@ -197,3 +197,116 @@ async def test_a_call_cancelled_while_waiting_for_a_shared_slot_leaves_the_queue
             await down.acquire_slot("s", 1, 1, "h", 1)
     finally:
         await down.aclose()
+
+
+async def test_episode_records_are_taken_once_by_their_owner(flushed: str) -> None:
+    state = RedisState(flushed)
+    records = state.episodes(ttl_seconds=30)
+    try:
+        await records.put("pending", "s1", "connection", {"task": "t"})
+        assert await records.take("pending", "s1", "principal:mallory") is None
+        got: list[dict[str, object] | None] = []
+
+        async def take() -> None:
+            got.append(await records.take("pending", "s1", "connection"))
+
+        async with anyio.create_task_group() as tg:
+            for _ in range(4):
+                tg.start_soon(take)
+        assert sorted(got, key=lambda g: g is None) == [{"task": "t"}, None, None, None]
+        redis.Redis.from_url(flushed).set("toolscore:episode:pending:junk", b"\xff not json", px=30_000)
+        assert await records.take("pending", "junk", "connection") is None
+    finally:
+        await state.aclose()
+
+
+async def test_a_flight_has_one_leader_and_its_result_reaches_those_who_waited(flushed: str) -> None:
+    one, two = RedisState(flushed), RedisState(flushed)
+    try:
+        assert await one.start_flight("k", "f1", lease=30) is None  # leads
+        assert await two.start_flight("k", "f2", lease=30) == "f1"  # follows f1
+        waited: list[bytes | None] = []
+
+        async def wait() -> None:
+            waited.append(await two.await_flight("k", "f1"))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(wait)
+            await anyio.sleep(0.1)
+            assert waited == []  # still under way
+            await one.end_flight("k", "f1", b"the result", keep=5)
+        assert waited == [b"the result"]
+        client = redis.Redis.from_url(flushed)
+        assert client.get("toolscore:flight:k") is None  # ended: the next call leads again
+        assert 0 < client.pttl("toolscore:flight:k:f1") <= 5000
+        # A leader that fails publishes nothing: those waiting call for themselves.
+        assert await one.start_flight("k", "f3", lease=30) is None
+        assert await two.start_flight("k", "f4", lease=30) == "f3"
+        await one.end_flight("k", "f3", None, keep=5)
+        assert await two.await_flight("k", "f3") is None
+        # A leader whose replica died: its lease runs out, then the waiting call goes on alone.
+        assert await one.start_flight("k", "dead", lease=0.001) is None  # leases are 1 s at least
+        assert 0 < client.pttl("toolscore:flight:k") <= 1000
+        with anyio.fail_after(5):
+            assert await two.await_flight("k", "dead") is None
+    finally:
+        await one.aclose()
+        await two.aclose()
+    down = RedisState(f"redis://127.0.0.1:{free_port()}/0")
+    try:  # batching only saves calls: without Redis each call leads, unshared
+        assert await down.start_flight("k", "f", lease=1) is None
+        assert await down.await_flight("k", "f") is None
+        await down.end_flight("k", "f", b"x", keep=1)
+    finally:
+        await down.aclose()
+
+
+async def test_identical_read_only_calls_on_two_gateways_share_one_downstream_call(
+    flushed: str, tmp_path: Path
+) -> None:
+    config = memory_config(
+        ["fx"],
+        toolscore={"state": flushed, "loop": {"episodes_db": ""}},
+        constraints={"enabled": True, "batching": True},
+    )
+    sinks = MemoryAuditSink(), MemoryAuditSink()
+    for name in ("one", "two"):
+        (tmp_path / name).mkdir()
+    results: list[mcp_types.CallToolResult] = []
+    async with (
+        open_gateway(config, audit=sinks[0], memory_servers={"fx": build_server(tmp_path / "one")}) as one,
+        open_gateway(config, audit=sinks[1], memory_servers={"fx": build_server(tmp_path / "two")}) as two,
+    ):
+
+        async def call(gw: Gateway, key: str) -> None:
+            results.append((await gw.engine.execute("fx__slow_count", {"key": key, "seconds": 0.5})).result)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(call, one, "same")
+            await wait_for(lambda: bool(redis.Redis.from_url(flushed).keys("toolscore:flight:*")))
+            for gw in (one, two, two):
+                tg.start_soon(call, gw, "same")
+        assert sorted(text(r) for r in results) == ["counted 1"] * 4
+        counts = [int(p.read_text()) for p in tmp_path.glob("*/count-slow-same")]
+        assert counts == [1]  # one downstream call in all
+        assert sum(r.batched for s in sinks for r in s.records) == 3
+        # Only calls made while a flight runs share it: a later one calls again.
+        await call(two, "same")
+        assert text(results[-1]) == "counted 1" and sorted(
+            int(p.read_text()) for p in tmp_path.glob("*/count-slow-same")
+        ) == [1, 1]
+    client = redis.Redis.from_url(flushed)
+    assert client.keys("toolscore:flight:*")
+    assert all(0 < client.pttl(k) <= 10_000 for k in client.keys("toolscore:flight:*"))
+
+
+def test_a_result_too_large_or_not_serialisable_is_not_published() -> None:
+    from toolscore.policy.flow import _publishable
+
+    def result(text: str) -> mcp_types.CallToolResult:
+        return mcp_types.CallToolResult(content=[mcp_types.TextContent(text=text)], structured_content={"k": "é"})
+
+    published = _publishable(result("fine"))
+    assert published is not None and mcp_types.CallToolResult.model_validate_json(published) == result("fine")
+    assert _publishable(result("x" * (5 * 1024 * 1024))) is None  # over 4 MiB: each waiting call calls
+    assert _publishable(result("lone \udc80 surrogate")) is None  # the leader's caller still gets it

@@ -107,6 +107,18 @@ class EpisodeDB:
             self._run, "DELETE FROM episodes WHERE kind = ? AND id = ? AND caller = ?", (kind, ident, caller)
         )
 
+    async def take(self, kind: str, ident: str, caller: str) -> dict[str, Any] | None:
+        """The caller's unexpired record, deleted by the same statement (a state resumed once)."""
+        rows = await anyio.to_thread.run_sync(
+            self._run,
+            "DELETE FROM episodes WHERE kind = ? AND id = ? AND caller = ? AND expires > ? RETURNING data",
+            (kind, ident, caller, time.time()),
+        )
+        if not rows:
+            return None
+        value = json.loads(rows[0][0])
+        return value if isinstance(value, dict) else None
+
     async def purge(self, now: float | None = None) -> None:
         """Delete every expired record."""
         await anyio.to_thread.run_sync(

@@ -37,6 +37,7 @@ from toolscore.loop.trajectory import TrajectoryLog
 from toolscore.plan.check import shorthand_table
 from toolscore.plan.nodes import CheckedPlan
 from toolscore.plan.tool import EpisodeStore
+from toolscore.state import EpisodeRecords
 from toolscore.types import ProgressFn, ToolSource
 
 __all__ = ["DELEGATE", "Delegator", "trajectory_path"]
@@ -102,11 +103,14 @@ class Delegator:
         policy: Callable[[CheckedPlan], list[PlanProblem]] | None = None,
         refusal: str | None = None,
         plan_episodes: EpisodeStore | None = None,
+        records: EpisodeRecords | None = None,
     ) -> None:
         """Args:
         contract: The plan language as `orchestrate` describes it now (live shorthands and servers).
         refusal: Why policy forbids `delegate`, if it does.
         plan_episodes: `orchestrate`'s episodes, kept in the same store (`durable`) across restarts.
+        records: Where paused tasks, finished tasks and episodes are kept (replicas share one, see
+            `toolscore.state`); default: the SQLite file `loop.episodes_db`.
         """
         self._tools = tools
         self._config = config
@@ -122,7 +126,11 @@ class Delegator:
             max_argument_bytes=config.settings.max_request_bytes,
         )
         self.log = TrajectoryLog(trajectory_path(config))
-        self.store = EpisodeDB(_episodes_path(config), ttl_seconds=self._settings.episode_ttl_seconds)
+        self.store: EpisodeRecords = (
+            records
+            if records is not None
+            else EpisodeDB(_episodes_path(config), ttl_seconds=self._settings.episode_ttl_seconds)
+        )
         self.durable = DurableEpisodes(self.store, plan_episodes) if plan_episodes is not None else None
         self._http: httpx2.AsyncClient | None = None
 
@@ -265,10 +273,13 @@ class Delegator:
         """Go on with a paused task: the client's model has answered the turn we asked for."""
         owner = owner_of(caller or "")
         # The state is a random id into our own store, never data the client could forge.
-        data = await self.store.get(_PENDING, request_state[:64], owner) if len(request_state) <= 64 else None
-        if data is None or data.get("task") != task:
+        # Taken in one step: a retry sent twice (to two replicas) resumes the task once.
+        data = await self.store.take(_PENDING, request_state, owner) if len(request_state) <= 64 else None
+        if data is not None and data.get("task") != task:
+            await self.store.put(_PENDING, request_state, owner, data)  # not this task's: left for its own retry
+            data = None
+        if data is None:
             return error_result("this task's requestState is unknown or has expired: call delegate again without it")
-        await self.store.delete(_PENDING, request_state, owner)  # each state is resumed once
         answer = (input_responses or {}).get(_TURN)
         if answer is None:
             return error_result(f"the retried call has no inputResponses['{_TURN}'] (the model's turn)")

@@ -67,7 +67,8 @@ class Policy:
 def build_policy(config: Config, *, state: SharedState | None = None) -> Policy:
     """Compose the constraint hooks once, from the config (an empty policy when constraints are off).
 
-    `state`: where rate-limit buckets and concurrency slots live when replicas share them (`toolscore.state`).
+    `state`: where rate-limit buckets, concurrency slots and batching flights live when replicas share
+    them (`toolscore.state`).
     """
     constraints = config.constraints
     if not constraints.enabled:
@@ -77,7 +78,7 @@ def build_policy(config: Config, *, state: SharedState | None = None) -> Policy:
     # The composition table: the built-in rules of each phase, in the order they run.
     pre: tuple[PreExecutionHook, ...] = _on(static, rate_limits(scopes, state), mark_batchable(scopes))
     wrap: tuple[WrapHook, ...] = _on(
-        single_flight(scopes),  # outermost: a call that shares another's result takes no concurrency slot
+        single_flight(scopes, state),  # outermost: a call that shares another's result takes no concurrency slot
         concurrency_cap(scopes, state),
     )
     post: tuple[PostExecutionHook, ...] = _on(result_rules(scopes))

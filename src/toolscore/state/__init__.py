@@ -5,13 +5,15 @@ to a Redis URL, `open_state` gives a `RedisState` (`state/redis.py`) and the gat
 the parts that hold state across calls:
 
 - `policy/rate.py` takes tokens through `TokenStore.take_token` (one atomic Lua script per limit);
-- `policy/flow.py` caps concurrency per server through `SlotStore` (leased slots, a bounded queue);
-- `orchestrate` episodes go through an `EpisodeRecords` (the same calls as the SQLite store,
-  `loop/store.py`, so `DurableEpisodes` works over either);
+- `policy/flow.py` caps concurrency per server through `SlotStore` (leased slots, a bounded queue),
+  and lets identical concurrent read-only calls on any replica share one downstream call through
+  `FlightStore` (a leased lock, the result kept a few seconds for the calls that waited);
+- `orchestrate` episodes and `delegate`'s paused 2026-era tasks go through an `EpisodeRecords`
+  (the same calls as the SQLite store, `loop/store.py`, so `DurableEpisodes` works over either);
 - audit records fan out to a Redis stream (`RedisStreamSink`) besides the JSONL file.
 
-Every key has a TTL. Not shared yet: single-flight batching and 2026-era session data stay per
-process (docs/operations.md says what that means for a deployment).
+Every key has a TTL. Handshake-era HTTP sessions stay on the replica that opened them
+(docs/operations.md says what that means for a deployment).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ if TYPE_CHECKING:
     from toolscore.config import Config
     from toolscore.state.redis_store import RedisState
 
-__all__ = ["EpisodeRecords", "SharedState", "SlotStore", "TokenStore", "open_state"]
+__all__ = ["EpisodeRecords", "FlightStore", "SharedState", "SlotStore", "TokenStore", "open_state"]
 
 
 def open_state(config: Config) -> RedisState | None:
@@ -58,7 +60,23 @@ class SlotStore(Protocol):
         ...
 
 
-class SharedState(TokenStore, SlotStore, Protocol):
+class FlightStore(Protocol):
+    """Single-flight batching across replicas: who makes a call, and its result for those who waited."""
+
+    async def start_flight(self, key: str, flight: str, lease: float) -> str | None:
+        """Lead flight `key` as `flight` (None; it ends by `lease` seconds at most), or the flight already under way."""
+        ...
+
+    async def end_flight(self, key: str, flight: str, result: bytes | None, keep: float) -> None:
+        """End the flight: its result (None: it has none) stays `keep` seconds for the calls waiting on it."""
+        ...
+
+    async def await_flight(self, key: str, flight: str) -> bytes | None:
+        """Once `flight` ends: its result, or None when it ended without one."""
+        ...
+
+
+class SharedState(TokenStore, SlotStore, FlightStore, Protocol):
     """What the policy's hooks keep in shared state."""
 
 
@@ -77,6 +95,10 @@ class EpisodeRecords(Protocol):
 
     async def delete(self, kind: str, ident: str, caller: str) -> None:
         """Forget a record."""
+        ...
+
+    async def take(self, kind: str, ident: str, caller: str) -> dict[str, Any] | None:
+        """The caller's unexpired record, forgotten in the same step: of two concurrent takes, one gets it."""
         ...
 
     def close(self) -> None:

@@ -1,4 +1,4 @@
-"""Shared state on Redis: token buckets (Lua), episode records and the audit stream, every key with a TTL.
+"""Shared state on Redis: token buckets, slots and flights (Lua), episode records and the audit stream, all with TTLs.
 
 Keys, all under `toolscore.state_prefix` (default `toolscore:`):
 
@@ -6,6 +6,9 @@ Keys, all under `toolscore.state_prefix` (default `toolscore:`):
 |---|---|---|
 | `rate:<limit>:<scope key>` | hash (tokens, at) | until the bucket would be full again, plus 1 s |
 | `episode:<kind>:<id>` | string (JSON: owner, data) | `loop.episode_ttl_seconds` after the last write |
+| `slots:<server>`, `waiting:<server>` | sorted set (holder -> lease expiry) | the longest lease |
+| `flight:<sha256>` | string (the leading flight's id) | the call's deadline + 5 s |
+| `flight:<sha256>:<flight>` | string (the result's JSON) | 10 s |
 | `audit` | stream (one field `r`: the record's JSON) | `audit.stream_ttl_seconds` after the last record |
 
 The bucket script reads Redis's own clock (`TIME`), so replicas whose clocks differ still agree.
@@ -28,6 +31,7 @@ import redis
 import redis.asyncio
 import structlog
 from pydantic_core import PydanticSerializationError
+from redis.commands.core import AsyncScript
 
 from toolscore._json import scrub_unpaired_surrogates
 from toolscore.audit.sinks import AuditRecord, AuditSink
@@ -87,6 +91,40 @@ redis.call('ZADD', KEYS[2], now + tonumber(ARGV[5]), ARGV[3])
 redis.call('PEXPIRE', KEYS[2], tonumber(ARGV[5]))
 return 0
 """
+# KEYS[1]: an episode record. ARGV[1]: the caller. Returns the record and deletes it when the caller
+# owns it, else nil (and leaves it): one step, so of two replicas taking one record one gets it.
+_TAKE_RECORD = """
+local v = redis.call('GET', KEYS[1])
+if not v then return false end
+local ok, d = pcall(cjson.decode, v)
+if ok and type(d) == 'table' and d['owner'] == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  return v
+end
+return false
+"""
+
+# KEYS[1]: a flight's lock. ARGV: this flight's id, its lease (ms). Returns nil when this flight
+# now leads, else the id of the flight under way (checked and set in one step: one leader).
+_START_FLIGHT = """
+local cur = redis.call('GET', KEYS[1])
+if cur then return cur end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', tonumber(ARGV[2]))
+return false
+"""
+
+# KEYS[1]: the lock, KEYS[2]: this flight's result. ARGV: the flight's id, "1" if there is a
+# result, the result, how long it stays (ms). The result is written before the lock goes, in one step.
+_END_FLIGHT = """
+if ARGV[2] == '1' then
+  redis.call('SET', KEYS[2], ARGV[3], 'PX', tonumber(ARGV[4]))
+end
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+end
+return 1
+"""
+
 _POLL = 0.02
 """Seconds between a waiting call's tries for a shared slot."""
 _WAIT_LEASE_MS = 2000
@@ -107,6 +145,9 @@ class RedisState:
         self._client: redis.asyncio.Redis = redis.asyncio.Redis.from_url(url, socket_timeout=5.0)
         self._take = self._client.register_script(_TAKE)
         self._acquire = self._client.register_script(_ACQUIRE)
+        self._take_record = self._client.register_script(_TAKE_RECORD)
+        self._start_flight = self._client.register_script(_START_FLIGHT)
+        self._end_flight = self._client.register_script(_END_FLIGHT)
 
     async def take_token(self, key: str, rate: float, burst: int) -> float | None:
         """Take a token from the shared bucket `key`: None if one was there, else seconds to wait."""
@@ -157,9 +198,52 @@ class RedisState:
         with anyio.CancelScope(shield=True), contextlib.suppress(redis.RedisError):
             await self._client.zrem(f"{self.prefix}slots:{key}", holder)
 
+    def _flight_keys(self, key: str, flight: str) -> list[str]:
+        return [f"{self.prefix}flight:{key}", f"{self.prefix}flight:{key}:{flight}"]
+
+    async def start_flight(self, key: str, flight: str, lease: float) -> str | None:
+        """Lead flight `key` (None), or the id of the one under way on some replica.
+
+        Batching only saves calls: a Redis that fails makes this call lead, unshared (logged).
+        """
+        try:
+            other = await self._start_flight(
+                keys=self._flight_keys(key, flight)[:1], args=[flight, max(1000, int(lease * 1000))]
+            )
+        except redis.RedisError as exc:
+            log.warning("call not batched across replicas: Redis failed", error=f"{type(exc).__name__}: {exc}")
+            return None
+        return None if other is None else bytes(other).decode("utf-8", "replace")
+
+    async def end_flight(self, key: str, flight: str, result: bytes | None, keep: float) -> None:
+        """Publish the result (if any) for `keep` seconds and free the key (shielded: a cancelled leader still does)."""
+        args: list[bytes | str | int] = (
+            [flight, "0", b"", 1] if result is None else [flight, "1", result, max(1, int(keep * 1000))]
+        )
+        with anyio.CancelScope(shield=True), contextlib.suppress(redis.RedisError):
+            await self._end_flight(keys=self._flight_keys(key, flight), args=args)
+
+    async def await_flight(self, key: str, flight: str) -> bytes | None:
+        """Ask every 20 ms until `flight` ends (or its lease runs out); its result, or None."""
+        lock, done = self._flight_keys(key, flight)
+        try:
+            while True:
+                pipe = self._client.pipeline(transaction=True)  # both read at one instant
+                pipe.get(done)
+                pipe.get(lock)
+                result, holder = await pipe.execute()
+                if result is not None:
+                    return bytes(result)
+                if holder is None or bytes(holder).decode("utf-8", "replace") != flight:
+                    return None
+                await anyio.sleep(_POLL)
+        except redis.RedisError as exc:
+            log.warning("batched call goes on alone: Redis failed", error=f"{type(exc).__name__}: {exc}")
+            return None
+
     def episodes(self, ttl_seconds: float) -> RedisEpisodes:
         """Episode records in this Redis, living `ttl_seconds` after their last write."""
-        return RedisEpisodes(self._client, self.prefix, ttl_seconds)
+        return RedisEpisodes(self._client, self.prefix, ttl_seconds, self._take_record)
 
     def with_audit_stream(self, sink: AuditSink, audit: AuditConfig) -> AuditSink:
         """`sink`, and the shared audit stream beside it."""
@@ -176,10 +260,11 @@ class RedisState:
 class RedisEpisodes:
     """`EpisodeRecords` in Redis: one JSON string per episode, owned by a caller, with a TTL."""
 
-    def __init__(self, client: redis.asyncio.Redis, prefix: str, ttl: float) -> None:
+    def __init__(self, client: redis.asyncio.Redis, prefix: str, ttl: float, take: AsyncScript) -> None:
         self._client = client
         self._prefix = prefix
         self.ttl = ttl
+        self._take = take
 
     def _key(self, kind: str, ident: str) -> str:
         return f"{self._prefix}episode:{kind}:{ident}"
@@ -191,25 +276,32 @@ class RedisEpisodes:
 
     async def get(self, kind: str, ident: str, caller: str) -> dict[str, Any] | None:
         """The caller's record, or None (another caller's record is not found either)."""
-        raw = await self._client.get(self._key(kind, ident))
-        if raw is None:
-            return None
-        try:
-            value = json.loads(raw)
-        except ValueError:
-            return None
-        if not isinstance(value, dict) or value.get("owner") != caller or not isinstance(value.get("data"), dict):
-            return None
-        data: dict[str, Any] = value["data"]
-        return data
+        return _owned(await self._client.get(self._key(kind, ident)), caller)
 
     async def delete(self, kind: str, ident: str, caller: str) -> None:
         """Forget the caller's record."""
-        if await self.get(kind, ident, caller) is not None:
-            await self._client.delete(self._key(kind, ident))
+        await self.take(kind, ident, caller)
+
+    async def take(self, kind: str, ident: str, caller: str) -> dict[str, Any] | None:
+        """The caller's record, deleted in the same step (one Lua script)."""
+        return _owned(await self._take(keys=[self._key(kind, ident)], args=[caller]), caller)
 
     def close(self) -> None:
         """Nothing of its own: the pool belongs to `RedisState`."""
+
+
+def _owned(raw: bytes | str | None, caller: str) -> dict[str, Any] | None:
+    """The data of a stored record if `caller` owns it."""
+    if raw is None:
+        return None
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(value, dict) or value.get("owner") != caller or not isinstance(value.get("data"), dict):
+        return None
+    data: dict[str, Any] = value["data"]
+    return data
 
 
 class RedisStreamSink:
