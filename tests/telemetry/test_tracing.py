@@ -102,6 +102,10 @@ async def test_a_plan_is_one_span_over_its_steps_and_the_context_reaches_the_dow
     assert plan_span.attributes is not None
     assert plan_span.attributes["toolscore.steps"] == 2
     assert plan_span.attributes["toolscore.outcome.ok"] == 2
+    events = {e.name: dict(e.attributes or {}) for e in plan_span.events}
+    assert list(events) == ["toolscore.plan.checked", "toolscore.plan.ran"]
+    assert events["toolscore.plan.checked"]["toolscore.steps"] == 2
+    assert events["toolscore.plan.ran"] == {"toolscore.completed": True}
     for step in steps:
         attrs = step.attributes or {}
         assert attrs["toolscore.server"] == "fx"
@@ -122,6 +126,19 @@ async def test_a_plan_is_one_span_over_its_steps_and_the_context_reaches_the_dow
     assert (invalid.attributes or {})["toolscore.outcome"] == "invalid_arguments"
     assert [e.name for e in invalid.events] == ["error_handling"]
     assert invalid.status.status_code is trace.StatusCode.ERROR
+
+
+async def test_a_refused_plan_says_so_on_its_span(
+    traced_gw: tuple[Gateway, MemoryAuditSink], spans: InMemorySpanExporter
+) -> None:
+    async with Client(traced_gw[0].server) as client:
+        refused = await client.call_tool("orchestrate", {"plan": '<fx><nope>{"a": 1}</nope></fx>'})
+        assert refused.is_error
+    (plan_span,) = [s for s in spans.get_finished_spans() if s.name == "toolscore.plan"]
+    assert [(e.name, dict(e.attributes or {})) for e in plan_span.events] == [
+        ("toolscore.plan.refused", {"toolscore.problems": 1})
+    ]
+    assert plan_span.status.status_code is trace.StatusCode.ERROR
 
 
 async def test_the_http_front_continues_an_incoming_traceparent(

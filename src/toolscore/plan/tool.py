@@ -24,6 +24,7 @@ from toolscore.plan.nodes import CheckedBlock, CheckedCapability, CheckedNode, C
 from toolscore.plan.parse import parse_turn
 from toolscore.plan.run import CapabilityHub, Episode, PlanRunner
 from toolscore.plan.transcript import render_plan_errors, render_results
+from toolscore.telemetry import tracing
 from toolscore.types import ProgressFn, ToolSource
 
 __all__ = ["ORCHESTRATE", "Orchestrator"]
@@ -241,7 +242,16 @@ class Orchestrator:
                 turn, checked = self._prepare(plan, *earlier, table)
         except (PlanSyntaxError, PlanCheckError) as exc:
             self._audit_plan(plan, request_id, None, began, {"plan_error": len(exc.problems)}, success=False)
+            tracing.plan_event("refused", {"toolscore.problems": len(exc.problems)})
             return _text(render_plan_errors(exc.problems), is_error=True)
+        tracing.plan_event(
+            "checked",
+            {
+                "toolscore.steps": len(checked.steps) if checked is not None else 0,
+                "toolscore.warnings": len(turn.warnings) + (len(checked.warnings) if checked is not None else 0),
+                "toolscore.ms": round((time.perf_counter() - began) * 1000, 3),
+            },
+        )
         if checked is None:
             return self._no_calls(turn, episode, caller)
         if dry_run:
@@ -262,6 +272,7 @@ class Orchestrator:
             capabilities=self.capabilities,
         )
         finished = await runner.run(checked, self._limits.budget_seconds)
+        tracing.plan_event("ran", {"toolscore.completed": finished})
         records = [episode.steps[c.step] for c in checked.steps]
         text, steps = render_results(
             records,

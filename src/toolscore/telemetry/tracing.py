@@ -7,7 +7,7 @@ a shared null context: the OpenTelemetry SDK and exporter are imported only when
 On, the tree for a plan is
 
     tools/call orchestrate          (the SDK's server span; continues `_meta` or HTTP `traceparent`)
-      toolscore.plan                (attributes: plan id, steps, outcome)
+      toolscore.plan                (attributes: plan id, steps, outcome; events: checked or refused, ran)
         toolscore.call fx__add      (one per step; events per phase; server, tool, outcome, tokens)
           tools/call add            (the SDK's client span; its `_meta` carries the context downstream)
 
@@ -36,6 +36,7 @@ __all__ = [
     "enable",
     "enable_from_env",
     "plan_attributes",
+    "plan_event",
     "plan_span",
     "tracer",
 ]
@@ -128,6 +129,15 @@ tracer: CallTracer | None = None
 def plan_span() -> contextlib.AbstractContextManager[Span | None]:
     """The span of one plan, or a null context while tracing is off."""
     return _NULL if tracer is None else tracer.plan()
+
+
+def plan_event(name: str, attributes: Mapping[str, str | int | float | bool]) -> None:
+    """Mark a stage of the current plan (`checked`, `refused`, `ran`) on its span; nothing while tracing is off."""
+    if tracer is None:
+        return
+    from opentelemetry import trace
+
+    trace.get_current_span().add_event(f"toolscore.plan.{name}", dict(attributes))
 
 
 def enable(provider: TracerProvider) -> CallTracer:
