@@ -28,7 +28,7 @@ import httpx2
 import mcp_types
 import structlog
 from mcp import Client, MCPError
-from mcp.client.session import IncomingMessage
+from mcp.client.session import ClientSession, IncomingMessage
 from mcp.shared.message import SessionMessage
 from pydantic import BaseModel, Field, ValidationError
 
@@ -227,6 +227,45 @@ class Downstream:
 
     # -- calls ----------------------------------------------------------------------------------
 
+    @asynccontextmanager
+    async def _exchange(self, what: str, *, gated: bool = True, closed_note: str = "") -> AsyncIterator[ClientSession]:
+        """The session for one request (`what` names it in errors), with the caller's peer registered.
+
+        Refused while not connected (and, if `gated`, while the breaker is open); a connection lost
+        or a malformed result during the request becomes `DownstreamUnavailable` /
+        `DownstreamProtocolError`; the server's own JSON-RPC errors come out as `MCPError`.
+        """
+        client = self._client
+        if client is None or (gated and self.breaker.refusal(anyio.current_time())):
+            raise DownstreamUnavailable(
+                f"Server '{self.name}' is not available ({self.unavailable_reason()}).", server=self.name
+            )
+        peer = calling_peer.get()
+        if peer is not None:
+            self._peers.append(peer)
+        try:
+            yield client.session
+        except MCPError as exc:
+            if exc.code != mcp_types.CONNECTION_CLOSED:
+                raise
+            self._lost.set()
+            raise DownstreamUnavailable(
+                f"Server '{self.name}' closed the connection during {what}; it is being restarted.{closed_note}",
+                server=self.name,
+            ) from None
+        except (httpx2.TransportError, *_LOST_ERRORS) as exc:
+            self._lost.set()
+            raise DownstreamUnavailable(
+                f"Server '{self.name}' became unreachable during {what}: {_describe(exc)}.", server=self.name
+            ) from None
+        except ValidationError:
+            raise DownstreamProtocolError(
+                f"Server '{self.name}' sent a malformed result for {what}.", server=self.name
+            ) from None
+        finally:
+            if peer is not None:
+                self._peers.remove(peer)
+
     async def call(self, tool: str, arguments: Arguments, *, progress: ProgressFn | None) -> mcp_types.CallToolResult:
         """Send `tools/call` and return the downstream's result verbatim.
 
@@ -237,43 +276,20 @@ class Downstream:
             DownstreamUnavailable: not connected, or the connection broke during the call.
             DownstreamProtocolError: the server answered with a JSON-RPC error or a bad result.
         """
-        client = self._client
-        if client is None or self.breaker.refusal(anyio.current_time()):
-            raise DownstreamUnavailable(
-                f"Server '{self.name}' is not available ({self.unavailable_reason()}).", server=self.name
-            )
         request = mcp_types.CallToolRequest(params=mcp_types.CallToolRequestParams(name=tool, arguments=arguments))
-        peer = calling_peer.get()
-        if peer is not None:
-            self._peers.append(peer)
-        try:
-            result = await client.session.send_request(request, mcp_types.CallToolResult, progress_callback=progress)
-        except MCPError as exc:
-            if exc.code == mcp_types.CONNECTION_CLOSED:
-                self._lost.set()
-                raise DownstreamUnavailable(
-                    f"Server '{self.name}' closed the connection during the call to '{tool}'; it is being "
-                    "restarted. The call may or may not have taken effect.",
+        note = " The call may or may not have taken effect."
+        async with self._exchange(f"the call to '{tool}'", closed_note=note) as session:
+            try:
+                result = await session.send_request(request, mcp_types.CallToolResult, progress_callback=progress)
+            except MCPError as exc:
+                if exc.code == mcp_types.CONNECTION_CLOSED:
+                    raise  # `_exchange` says the server is being restarted
+                raise DownstreamProtocolError(
+                    f"Server '{self.name}' answered the call to '{tool}' with an error: {exc.message} "
+                    f"(code {exc.code}).",
                     server=self.name,
+                    error=exc.error,
                 ) from None
-            raise DownstreamProtocolError(
-                f"Server '{self.name}' answered the call to '{tool}' with an error: {exc.message} (code {exc.code}).",
-                server=self.name,
-                error=exc.error,
-            ) from None
-        except (httpx2.TransportError, *_LOST_ERRORS) as exc:
-            self._lost.set()
-            raise DownstreamUnavailable(
-                f"Server '{self.name}' became unreachable during the call to '{tool}': {_describe(exc)}.",
-                server=self.name,
-            ) from None
-        except ValidationError:
-            raise DownstreamProtocolError(
-                f"Server '{self.name}' sent a malformed result for '{tool}'.", server=self.name
-            ) from None
-        finally:
-            if peer is not None:
-                self._peers.remove(peer)
         if result.meta and mcp_types.SERVER_INFO_META_KEY in result.meta:
             # A 2026-era downstream stamps its identity here; passed on, it would override ours.
             meta = {k: v for k, v in result.meta.items() if k != mcp_types.SERVER_INFO_META_KEY}
@@ -295,35 +311,8 @@ class Downstream:
             MCPError: the server answered with an error.
             DownstreamProtocolError: the server sent a malformed result.
         """
-        client = self._client
-        if client is None or (gated and self.breaker.refusal(anyio.current_time())):
-            raise DownstreamUnavailable(
-                f"Server '{self.name}' is not available ({self.unavailable_reason()}).", server=self.name
-            )
-        peer = calling_peer.get()
-        if peer is not None:
-            self._peers.append(peer)
-        try:
-            return await client.session.send_request(request, result_type)
-        except MCPError as exc:
-            if exc.code != mcp_types.CONNECTION_CLOSED:
-                raise
-            self._lost.set()
-            raise DownstreamUnavailable(
-                f"Server '{self.name}' closed the connection during {what}; it is being restarted.", server=self.name
-            ) from None
-        except (httpx2.TransportError, *_LOST_ERRORS) as exc:
-            self._lost.set()
-            raise DownstreamUnavailable(
-                f"Server '{self.name}' became unreachable during {what}: {_describe(exc)}.", server=self.name
-            ) from None
-        except ValidationError:
-            raise DownstreamProtocolError(
-                f"Server '{self.name}' sent a malformed result for {what}.", server=self.name
-            ) from None
-        finally:
-            if peer is not None:
-                self._peers.remove(peer)
+        async with self._exchange(what, gated=gated) as session:
+            return await session.send_request(request, result_type)
 
     async def ping(self) -> str | None:
         """A health check: None if the server answered within `ping_timeout` (or is not connected;

@@ -27,7 +27,6 @@ from toolscore.downstream.breaker import Verdict
 from toolscore.downstream.catalog import Catalog, build_catalog
 from toolscore.downstream.connection import Downstream, ServerState, ServerStatus
 from toolscore.downstream.registry import Registry, build_registry
-from toolscore.downstream.relay import calling_peer
 from toolscore.downstream.transports import MemoryTransport, Transport, transport_for
 from toolscore.errors import DownstreamUnavailable, UsageError
 from toolscore.types import Arguments, ProgressFn
@@ -261,10 +260,6 @@ class DownstreamHub:
         self._stop(min(idle)[1], "evicted to make room")
 
     async def _run_instance(self, instance: _Instance) -> None:
-        # Started from inside the client's first call, this task copied that call's context. The
-        # front client it names must not live as long as the instance: its collection is what
-        # tells the reaper that the client left.
-        calling_peer.set(None)
         with instance.scope:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(_check_health, instance.downstream)
