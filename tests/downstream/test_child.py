@@ -89,7 +89,11 @@ async def test_the_restart_delay_starts_over_after_backoff_reset_seconds_up(
     tmp_path: Path, reset: float | None, delays: list[float]
 ) -> None:
     entry = fixture_entry(tmp_path) if reset is None else fixture_entry(tmp_path, backoff_reset_seconds=reset)
-    async with running_gateway(make_config({"fx": entry}), tmp_path) as (gw, _), Client(gw.server) as client:
+    # A handshake-era client: a 2026-07-28 client's calls go to the server's second process.
+    async with (
+        running_gateway(make_config({"fx": entry}), tmp_path) as (gw, _),
+        Client(gw.server, mode="legacy") as client,
+    ):
         fx = gw.hub.downstreams["fx"]
         seen: list[float | None] = []
         for connects in range(2, 2 + len(delays)):

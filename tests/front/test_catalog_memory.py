@@ -34,15 +34,19 @@ async def test_policy_applies_to_reads_as_the_pseudo_tool_resources_read() -> No
     assert sink.records[-1].error_kind == "rejected" and sink.records[-1].tool == "resources/read"
 
 
-async def test_a_2026_client_has_no_back_channel_so_the_server_is_told() -> None:
-    async def sample(context: Any, params: mcp_types.CreateMessageRequestParams) -> mcp_types.CreateMessageResult:
-        raise AssertionError("never asked: a 2026-07-28 server cannot send requests")
+async def test_a_2026_client_is_asked_by_an_input_required_result_not_a_back_channel() -> None:
+    asked: list[mcp_types.CreateMessageRequestParams] = []
 
-    async with gateway() as (gw, _), Client(gw.server, sampling_callback=sample) as client:
+    async def sample(context: Any, params: mcp_types.CreateMessageRequestParams) -> mcp_types.CreateMessageResult:
+        asked.append(params)
+        return mcp_types.CreateMessageResult(role="assistant", content=mcp_types.TextContent(text="hello"), model="m")
+
+    async with gateway() as (gw, sink), Client(gw.server, sampling_callback=sample) as client:
         result = await client.call_tool("c__test_sampling", {"prompt": "hi"})
-    assert result.is_error
+    assert not result.is_error and len(asked) == 1
     block = result.content[0]
-    assert isinstance(block, mcp_types.TextContent) and "Server 'c' answered the call" in block.text
+    assert isinstance(block, mcp_types.TextContent) and block.text == "LLM response: hello"
+    assert [r.error_kind for r in sink.records] == ["input_required", None]  # two rounds, both audited
 
 
 async def test_a_client_without_elicitation_gives_the_server_a_clear_error() -> None:

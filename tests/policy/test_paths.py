@@ -9,10 +9,12 @@ import os
 from pathlib import Path
 from typing import Any
 
+import mcp_types
 import pytest
 
+from tests.conftest import text
 from tests.policy import config, policy_client, refused, route
-from toolscore.policy.paths import Confinement, PathViolation, names_path
+from toolscore.policy.paths import Confinement, PathViolation, names_path, roots_of_uris
 from toolscore.policy.scope import resolve_scopes
 from toolscore.policy.static import compile_rules, violations
 
@@ -125,3 +127,26 @@ def test_path_arguments_can_be_named_globally_per_tool_and_by_the_tools_schema(r
     assert where("fx__counter", {"key": "/etc/passwd"}) == []
     assert len(where("fx__read", {"spec": {"source": "/etc/passwd"}})) == 1  # listed for every tool
     assert len(where("fx__read", {"location": "/etc/passwd"})) == 1  # `format: path` in the schema
+
+
+async def test_the_roots_entry_client_confines_paths_to_the_calling_clients_own_roots(tmp_path: Path) -> None:
+    mine, theirs = tmp_path / "mine", tmp_path / "theirs"
+    mine.mkdir()
+    theirs.mkdir()
+
+    async def list_roots(context: Any) -> mcp_types.ListRootsResult:
+        return mcp_types.ListRootsResult(roots=[mcp_types.Root(uri=mine.as_uri())])  # type: ignore[arg-type]
+
+    constraints = {"arguments": {"paths": {"roots": ["client"]}}}
+    async with policy_client(tmp_path, constraints, list_roots_callback=list_roots) as (client, _):
+        assert not (await client.call_tool("fx__touch", {"path": str(mine / "ok")})).is_error
+        assert refused(await client.call_tool("fx__touch", {"path": str(theirs / "no")}), "paths")
+    async with policy_client(tmp_path, constraints) as (rootless, _):
+        result = await rootless.call_tool("fx__touch", {"path": str(mine / "no")})
+        assert refused(result, "paths") and "the client declared no roots" in text(result)
+    assert [p.name for p in mine.iterdir()] == ["ok"] and list(theirs.iterdir()) == []
+
+
+def test_only_local_file_uris_are_roots() -> None:
+    uris = ["file:///srv/a", "file://localhost/srv/b", "file://elsewhere/srv/c", "https://x/srv/d", "file:rel"]
+    assert roots_of_uris(uris) == (os.path.realpath("/srv/a"), os.path.realpath("/srv/b"))

@@ -1,9 +1,9 @@
 """Who a downstream's own requests and logs go to: the front client whose request is in flight.
 
-A downstream's sampling and elicitation requests and its log messages carry no reference to the
-request that caused them. The front sets `calling_peer` around each request it forwards; the
-connection keeps the peers of its requests in flight and hands a downstream request to the newest
-one (sdk-notes: "route them to the newest in-flight front call for that downstream").
+A downstream's sampling, elicitation and roots requests and its log messages carry no reference
+to the request that caused them. The front sets `calling_peer` around each request it forwards;
+the connection keeps the peers of its requests in flight and hands a downstream request to the
+newest one (sdk-notes: "route them to the newest in-flight front call for that downstream").
 """
 
 from __future__ import annotations
@@ -29,6 +29,10 @@ class Peer(Protocol):
         self, server: str, params: mcp_types.ElicitRequestParams
     ) -> mcp_types.ElicitResult | mcp_types.ErrorData:
         """Ask the client's user (`elicitation/create`); an `ErrorData` if it cannot."""
+        ...
+
+    async def list_roots(self, server: str) -> mcp_types.ListRootsResult | mcp_types.ErrorData:
+        """Ask the client for its roots (`roots/list`); an `ErrorData` if it cannot."""
         ...
 
     async def log(self, server: str, params: mcp_types.LoggingMessageNotificationParams) -> None:

@@ -34,6 +34,7 @@ from toolscore.downstream.registry import Route
 from toolscore.downstream.relay import Peer, calling_peer
 from toolscore.errors import DownstreamProtocolError, DownstreamUnavailable, Rejected, ToolscoreError
 from toolscore.front.callers import Callers
+from toolscore.front.relaying import relayed
 
 __all__ = ["READ_TOOL", "install_catalog"]
 
@@ -272,7 +273,7 @@ def install_catalog(
 
     async def get_prompt(
         ctx: ServerRequestContext[Any], params: mcp_types.GetPromptRequestParams
-    ) -> mcp_types.GetPromptResult:
+    ) -> mcp_types.GetPromptResult | mcp_types.InputRequiredResult:
         route = catalog().prompts.get(params.name)
         if route is None:
             raise MCPError(mcp_types.INVALID_PARAMS, f"Unknown prompt: {params.name}")
@@ -285,9 +286,11 @@ def install_catalog(
         request = mcp_types.GetPromptRequest(
             params=mcp_types.GetPromptRequestParams(name=route.remote_name, arguments=params.arguments)
         )
-        result: mcp_types.GetPromptResult = await forward(
-            ctx, route.server, request, mcp_types.GetPromptResult, f"prompt '{params.name}'"
-        )
+        # A 2026-07-28 client's input-required rounds pass through: its answers down, the server's questions up.
+        with relayed(ctx, input_responses=params.input_responses, request_state=params.request_state):
+            result: mcp_types.GetPromptResult | mcp_types.InputRequiredResult = await forward(
+                ctx, route.server, request, mcp_types.GetPromptResult, f"prompt '{params.name}'"
+            )
         return result
 
     async def complete(

@@ -1,4 +1,4 @@
-"""What a downstream asks of the front client during a request: sampling, elicitation, logs.
+"""What a downstream asks of the front client during a request: sampling, elicitation, roots, logs.
 
 Handshake era (up to 2025-11-25): each is sent to the client that made the request, tied to that
 request (`related_request_id`), only if the client declared the capability; otherwise the
@@ -6,6 +6,10 @@ downstream gets a JSON-RPC error saying why. A 2026-07-28 client has no back-cha
 downstream gets the same kind of error. Log messages are tagged with the server
 (`logger: "<server>/<logger>"`) and filtered by the client's own `logging/setLevel`; the
 downstreams are asked for the level a client set last.
+
+A client's `notifications/roots/list_changed` goes to the servers it may use (every shared one,
+and its own per-client instances); a `roots/list` a server sends back within a few seconds is
+answered by that client, even outside its requests.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from toolscore.downstream.connection import ServerState
 from toolscore.downstream.hub import DownstreamHub
 from toolscore.downstream.relay import Peer, no_peer_error
 
-__all__ = ["FrontPeer", "LogLevels", "install_logging"]
+__all__ = ["FrontPeer", "LogLevels", "install_logging", "install_roots"]
 
 log = structlog.get_logger("toolscore.forward")
 
@@ -41,6 +45,7 @@ LEVELS: tuple[mcp_types.LoggingLevel, ...] = (
 )
 _SAMPLING = mcp_types.ClientCapabilities(sampling=mcp_types.SamplingCapability())
 _ELICITATION = mcp_types.ClientCapabilities(elicitation=mcp_types.ElicitationCapability())
+_ROOTS = mcp_types.ClientCapabilities(roots=mcp_types.RootsCapability())
 
 
 class LogLevels:
@@ -183,6 +188,17 @@ class FrontPeer(Peer):
         answer = await self._ask(ctx, mcp_types.ElicitRequest(params=params), mcp_types.ElicitResult)
         return answer
 
+    async def list_roots(self, server: str) -> mcp_types.ListRootsResult | mcp_types.ErrorData:
+        """Ask the client for its roots, if it declared roots."""
+        ctx = self._ctx
+        if ctx is None:
+            return no_peer_error(server, "a roots request")
+        if not ctx.session.check_client_capability(_ROOTS):
+            return self._refusal(server, "a roots request", "roots")
+        answer: mcp_types.ListRootsResult | mcp_types.ErrorData
+        answer = await self._ask(ctx, mcp_types.ListRootsRequest(), mcp_types.ListRootsResult)
+        return answer
+
     async def log(self, server: str, params: mcp_types.LoggingMessageNotificationParams) -> None:
         """Forward a log message, tagged with its server, if the client's level lets it through."""
         ctx = self._ctx
@@ -218,3 +234,23 @@ def install_logging(server: Server[Any], hub: DownstreamHub, levels: LogLevels) 
         return mcp_types.EmptyResult()
 
     server.add_request_handler("logging/setLevel", mcp_types.SetLevelRequestParams, set_level)
+
+
+ROOTS_ANSWER_WINDOW = 5.0
+"""Seconds after a client's roots change during which a server's `roots/list` goes to that client."""
+
+
+def install_roots(
+    server: Server[Any],
+    hub: DownstreamHub,
+    identify: Callable[[ServerRequestContext[Any]], str],
+    peer_for: Callable[[ServerRequestContext[Any]], FrontPeer],
+) -> None:
+    """Pass a client's `notifications/roots/list_changed` on to the servers it may use."""
+
+    async def roots_changed(ctx: ServerRequestContext[Any], params: mcp_types.NotificationParams) -> None:
+        peer = peer_for(ctx)
+        # In the background: the servers ask back at once, and that must not hold up this client.
+        hub.roots_changed(identify(ctx), peer, ROOTS_ANSWER_WINDOW)
+
+    server.add_notification_handler("notifications/roots/list_changed", mcp_types.NotificationParams, roots_changed)

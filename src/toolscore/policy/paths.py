@@ -31,7 +31,10 @@ from urllib.parse import quote, unquote, urlsplit
 
 from toolscore._glob import matches
 
-__all__ = ["PATH_WORDS", "Confinement", "PathViolation", "names_path"]
+__all__ = ["CLIENT_ROOTS", "PATH_WORDS", "Confinement", "PathViolation", "names_path", "roots_of_uris"]
+
+CLIENT_ROOTS = "client"
+"""The `roots` entry that stands for the calling client's own roots (MCP `roots/list`)."""
 
 PATH_WORDS = frozenset(
     {
@@ -66,6 +69,18 @@ def _names_path(key: str, extra: tuple[str, ...]) -> bool:
     if words and words[-1].lower() in PATH_WORDS:
         return True
     return matches(key.casefold(), [pattern.casefold() for pattern in extra])
+
+
+def roots_of_uris(uris: Iterable[str]) -> tuple[str, ...]:
+    """A client's roots (`file:` URIs) as resolved real paths; other URIs and relative paths are no roots."""
+    found: list[str] = []
+    for uri in uris:
+        parts = urlsplit(uri)
+        path = unquote(parts.path)
+        local = parts.scheme.lower() == "file" and parts.netloc in ("", "localhost")
+        if local and os.path.isabs(path) and "\0" not in path:
+            found.append(os.path.realpath(path))
+    return tuple(found)
 
 
 def _within(real: str, roots: tuple[str, ...]) -> bool:
@@ -138,7 +153,7 @@ class Confinement:
                 out.append(PathViolation(where, f"file URI on another host ({parts.netloc}) is not allowed"))
                 return text
             path = unquote(parts.path)
-        roots = ", ".join(self._roots)
+        roots = ", ".join(self._roots) or "(none)"
         if "\0" in path:
             out.append(PathViolation(where, "a path must not contain NUL"))
             return text

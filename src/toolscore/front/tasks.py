@@ -1,0 +1,271 @@
+"""Tasks through the gateway: task-augmented `tools/call` and `tasks/get|result|list|cancel` (2025-11-25).
+
+Theory of operation. A handshake-era client's `tools/call` carrying `task` runs the front's usual
+call path (policy, pinned arguments, confirmation, audit) with `requested_task` set, so the call
+reaches its server task-augmented (`toolscore.downstream.tasks`); the server's `CreateTaskResult`
+comes back inside a stand-in tool result, which a server middleware here swaps for the
+`CreateTaskResult` itself (the SDK would refuse it from a `tools/call` handler). A tool that does
+not support tasks simply answers the call.
+
+The task id is the server's own, unchanged, unless another server already gave this client a
+task of that id: that one is renamed `<server>:<id>` (in every result that names it). Each
+client's task ids map to their servers (at most `MAX_TASKS_PER_CALLER`, the oldest forgotten
+first, all of them when the client leaves); `tasks/*` with an id the client was not given is
+an invalid-params error, so one client can neither see nor cancel another's tasks on a shared
+server. `tasks/list` merges every server's list, keeping only the caller's tasks. `tasks/result`
+goes through the engine as the pseudo-tool `tasks/result` of its server, so post-execution
+policy (redaction, size limits) and the audit log apply to the result as to a call's.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Mapping
+from typing import Any
+
+import mcp_types
+import structlog
+from jsonschema.validators import validator_for
+from mcp import MCPError
+from mcp.server import Server, ServerRequestContext
+from mcp.server.context import CallNext, HandlerResult
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+from toolscore._engine import ToolExecutionEngine
+from toolscore.downstream.hub import DownstreamHub
+from toolscore.downstream.registry import Route
+from toolscore.downstream.relay import calling_peer
+from toolscore.downstream.tasks import CREATED_TASK_META_KEY, requested_task, tool_result
+from toolscore.errors import DownstreamProtocolError, Rejected, ToolscoreError
+from toolscore.front.callers import Callers
+from toolscore.front.catalog import PeerFor
+
+__all__ = ["MAX_TASKS_PER_CALLER", "RESULT_TOOL", "TaskRoutes", "install_tasks", "tasks_capability"]
+
+log = structlog.get_logger("toolscore.tasks")
+
+MAX_TASKS_PER_CALLER = 1000
+"""Task ids remembered per client; past that the oldest is forgotten (its tasks/* then fail)."""
+RESULT_TOOL = "tasks/result"
+"""The pseudo-tool a task's result is audited and checked by policy as, per server."""
+_RESULT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"taskId": {"type": "string"}},
+    "required": ["taskId"],
+}
+_RESULT_VALIDATOR = validator_for(_RESULT_SCHEMA)(_RESULT_SCHEMA)
+_LIST_PAGES_MAX = 100
+_RELATED_TASK = "io.modelcontextprotocol/related-task"
+
+
+def tasks_capability() -> mcp_types.ServerTasksCapability:
+    """What the front declares while some server declares tasks: listing, cancelling, task-augmented calls."""
+    return mcp_types.ServerTasksCapability(
+        list=mcp_types.TasksListCapability(),
+        cancel=mcp_types.TasksCancelCapability(),
+        requests=mcp_types.ServerTasksRequestsCapability(
+            tools=mcp_types.TasksToolsCapability(call=mcp_types.TasksCallCapability())
+        ),
+    )
+
+
+class TaskRoutes:
+    """Each client's task ids: the server that owns each, and the server's own id."""
+
+    def __init__(self, limit: int = MAX_TASKS_PER_CALLER) -> None:
+        self._limit = limit
+        self._by_caller: dict[str, OrderedDict[str, tuple[str, str]]] = {}
+
+    def add(self, caller: str, server: str, task_id: str) -> str:
+        """Remember a task `server` created for `caller`; the id the client sees."""
+        tasks = self._by_caller.setdefault(caller, OrderedDict())
+        public = task_id
+        if (known := tasks.get(public)) is not None and known[0] != server:
+            public = f"{server}:{task_id}"  # another server's task already has this id
+        tasks[public] = (server, task_id)
+        tasks.move_to_end(public)
+        while len(tasks) > self._limit:
+            tasks.popitem(last=False)
+        return public
+
+    def route(self, caller: str, public: str) -> tuple[str, str]:
+        """The server and its own id for a task id the client gave.
+
+        Raises:
+            MCPError: invalid params, the client was given no task of that id.
+        """
+        tasks = self._by_caller.get(caller)
+        found = tasks.get(public) if tasks is not None else None
+        if found is None:
+            raise MCPError(mcp_types.INVALID_PARAMS, f"Unknown task: {public}", data={"taskId": public})
+        return found
+
+    def owned(self, caller: str) -> dict[str, dict[str, str]]:
+        """Per server, the caller's tasks: the server's own id -> the id the client sees."""
+        out: dict[str, dict[str, str]] = {}
+        for public, (server, task_id) in self._by_caller.get(caller, OrderedDict()).items():
+            out.setdefault(server, {})[task_id] = public
+        return out
+
+    def forget(self, caller: str) -> None:
+        """The client left: its tasks run on, but no one can reach them through the gateway."""
+        self._by_caller.pop(caller, None)
+
+
+def _renamed(raw: dict[str, Any], public: str) -> dict[str, Any]:
+    """`raw` with its task id (top level, under `task`, in the related-task `_meta`) shown as `public`."""
+    out = dict(raw)
+    if "taskId" in out:
+        out["taskId"] = public
+    task = out.get("task")
+    if isinstance(task, Mapping) and "taskId" in task:
+        out["task"] = {**task, "taskId": public}
+    meta = out.get("_meta")
+    if isinstance(meta, Mapping) and isinstance(related := meta.get(_RELATED_TASK), Mapping):
+        out["_meta"] = {**meta, _RELATED_TASK: {**related, "taskId": public}}
+    return out
+
+
+def _failure(exc: ToolscoreError) -> MCPError:
+    """A JSON-RPC error for a gateway-side failure: the server's own error where it sent one."""
+    if isinstance(exc, DownstreamProtocolError) and exc.error is not None:
+        return MCPError.from_error_data(exc.error)
+    if isinstance(exc, Rejected):
+        return MCPError(mcp_types.INVALID_REQUEST, str(exc))
+    return MCPError(mcp_types.INTERNAL_ERROR, str(exc))
+
+
+def _result_route(hub: DownstreamHub, server: str) -> Route:
+    tool = mcp_types.Tool(name=RESULT_TOOL, input_schema=_RESULT_SCHEMA)
+    canonical = f"{server}{hub.config.settings.separator}{RESULT_TOOL}"
+    return Route(RESULT_TOOL, server, RESULT_TOOL, tool, _RESULT_VALIDATOR, canonical=canonical, local_name=RESULT_TOOL)
+
+
+def install_tasks(
+    server: Server[Any], hub: DownstreamHub, engine: ToolExecutionEngine, callers: Callers, peer_for: PeerFor
+) -> TaskRoutes:
+    """Serve task-augmented calls and `tasks/*` on `server`; the routes it keeps."""
+    routes = TaskRoutes()
+    callers.on_gone(routes.forget)
+
+    async def task_calls(ctx: ServerRequestContext[Any], call_next: CallNext) -> HandlerResult:
+        params = ctx.params
+        if (
+            ctx.method != "tools/call"
+            or ctx.request_id is None
+            or ctx.protocol_version in MODERN_PROTOCOL_VERSIONS  # no tasks in that revision
+            or not isinstance(params, Mapping)
+            or not isinstance(task := params.get("task"), Mapping)
+            # Only a downstream's own tool: a plan (`orchestrate`) must not turn its steps into tasks.
+            or hub.registry.get(str(params.get("name"))) is None
+        ):
+            return await call_next(ctx)
+        token = requested_task.set(dict(task))
+        try:
+            answer = await call_next(ctx)
+        finally:
+            requested_task.reset(token)
+        meta = answer.get("_meta") if isinstance(answer, dict) else None
+        created = meta.get(CREATED_TASK_META_KEY) if isinstance(meta, dict) else None
+        if not isinstance(created, dict):
+            return answer  # answered without a task: the tool does not support them, or an error
+        public = routes.add(callers.identify(ctx), created["server"], created["result"]["task"]["taskId"])
+        return _renamed(created["result"], public)
+
+    server.middleware.append(task_calls)
+
+    async def relay(ctx: ServerRequestContext[Any], method: str, task_id: str) -> dict[str, Any]:
+        caller = callers.identify(ctx)
+        name, own = routes.route(caller, task_id)
+        peer = peer_for(ctx)
+        token = calling_peer.set(peer)
+        try:
+            raw = await hub.request_raw(name, method, {"taskId": own}, f"{method} of task '{task_id}'", caller=caller)
+        except MCPError:
+            raise  # the server's own error, unchanged
+        except ToolscoreError as exc:
+            raise _failure(exc) from None
+        finally:
+            calling_peer.reset(token)
+            peer.detach()
+        return _renamed(raw, task_id)
+
+    async def get_task(ctx: ServerRequestContext[Any], params: mcp_types.GetTaskRequestParams) -> dict[str, Any]:
+        return await relay(ctx, "tasks/get", params.task_id)
+
+    async def cancel_task(ctx: ServerRequestContext[Any], params: mcp_types.CancelTaskRequestParams) -> dict[str, Any]:
+        return await relay(ctx, "tasks/cancel", params.task_id)
+
+    async def task_result(
+        ctx: ServerRequestContext[Any], params: mcp_types.GetTaskPayloadRequestParams
+    ) -> dict[str, Any]:
+        caller = callers.identify(ctx)
+        name, own = routes.route(caller, params.task_id)
+        what = f"the result of task '{params.task_id}'"
+
+        async def invoke() -> mcp_types.CallToolResult:
+            try:
+                raw = await hub.request_raw(name, RESULT_TOOL, {"taskId": own}, what, caller=caller)
+            except MCPError as exc:
+                raise DownstreamProtocolError(
+                    f"Server '{name}' answered {what} with an error: {exc.message} (code {exc.code}).",
+                    server=name,
+                    error=exc.error,
+                ) from None
+            return tool_result(name, raw, what)
+
+        peer = peer_for(ctx)  # an elicitation tied to the task comes while the server holds this request
+        token = calling_peer.set(peer)
+        try:
+            outcome = await engine.execute(
+                RESULT_TOOL,
+                {"taskId": own},
+                request_id=ctx.request_id,
+                session_id=caller,
+                route=_result_route(hub, name),
+                invoke=invoke,
+            )
+        finally:
+            calling_peer.reset(token)
+            peer.detach()
+        if outcome.error is not None:
+            raise _failure(outcome.error)
+        dumped = outcome.result.model_dump(by_alias=True, mode="json", exclude_none=True)
+        return _renamed(dumped, params.task_id)
+
+    async def list_tasks(
+        ctx: ServerRequestContext[Any], params: mcp_types.PaginatedRequestParams | None
+    ) -> dict[str, Any]:
+        caller = callers.identify(ctx)
+        merged: list[Any] = []
+        for name, mine in routes.owned(caller).items():
+            try:
+                merged.extend(await listed(name, caller, mine))
+            except (MCPError, ToolscoreError) as exc:  # one server's failure must not hide the others' tasks
+                log.info("tasks/list failed", server=name, error=str(exc))
+        return {"tasks": merged}
+
+    async def listed(name: str, caller: str, mine: dict[str, str]) -> list[Any]:
+        found: list[Any] = []
+        cursor: str | None = None
+        for _ in range(_LIST_PAGES_MAX):
+            page = await hub.request_raw(
+                name, "tasks/list", {"cursor": cursor} if cursor else None, "tasks/list", caller=caller
+            )
+            for task in page.get("tasks") or ():
+                if isinstance(task, Mapping) and (public := mine.get(str(task.get("taskId")))) is not None:
+                    found.append({**task, "taskId": public})
+            cursor = page.get("nextCursor")
+            if not isinstance(cursor, str):
+                break
+        return found
+
+    handlers: list[tuple[str, type[Any], Any]] = [
+        ("tasks/get", mcp_types.GetTaskRequestParams, get_task),
+        ("tasks/result", mcp_types.GetTaskPayloadRequestParams, task_result),
+        ("tasks/cancel", mcp_types.CancelTaskRequestParams, cancel_task),
+        ("tasks/list", mcp_types.PaginatedRequestParams, list_tasks),
+    ]
+    for method, params_type, handler in handlers:
+        server.add_request_handler(method, params_type, handler)
+    return routes
