@@ -2,32 +2,46 @@
 
     .venv/bin/python benchmarks/passthrough.py [--rounds 3] [--calls 500]
 
-Both paths use a real `mcp` client over stdio in the handshake era (what Claude Desktop speaks).
-"direct" spawns the fixture server; "gateway" spawns `toolscore serve`, which spawns the fixture;
-"minimal" is the floor of any SDK-based proxy (benchmarks/minimal_proxy.py: forwarding only).
-Rounds alternate direct/gateway so machine noise hits both alike; each figure is the median over
-rounds, and the last columns are ratios to direct. Audit logging is on (to a temporary file), as a
-user would run it.
+Every path uses a real `mcp` client over stdio in the handshake era (what Claude Desktop speaks):
+"direct" spawns the fixture server; "relay" spawns benchmarks/line_relay.py, which spawns the
+fixture and copies bytes both ways, parsing nothing (the cost of the process hop alone);
+"minimal" is the floor of any SDK-based proxy (benchmarks/minimal_proxy.py: forwarding only);
+"gateway" spawns `toolscore serve`, which spawns the fixture (under its reaper process).
+Rounds alternate the order so machine noise hits every path alike; each figure is the median
+over rounds, and the last columns are ratios to direct. Audit logging is on (to a temporary
+file), as a user would run it.
+
+- cold start: spawn -> first result (the client lists the tools before its first call);
+- tree CPU per call: user + system CPU of the spawned process and every descendant (/proc),
+  over the sequential calls, per call; the benchmark client itself is not counted;
+- 10 echo at once: through the gateway, one `orchestrate` plan of 10 parallel echo steps;
+  on the other paths, 10 concurrent calls;
+- peak RSS: VmHWM of the spawned process alone (the gateway, not its servers or its reaper),
+  at the first result (start-up: imports) and at the end (after 1 MiB results and plans).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import tempfile
 import time
+from collections import defaultdict
 from pathlib import Path
-from typing import Any
 
 import anyio
 from mcp import Client, StdioServerParameters
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURE = ROOT / "tests" / "fixtures" / "fixture_server.py"
+HERE = Path(__file__).resolve().parent
 TOOLSCORE = str(Path(sys.executable).parent / "toolscore")
 MIB = 1 << 20
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+PLAN_STEPS = 10
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -36,15 +50,60 @@ def percentile(values: list[float], q: float) -> float:
 
 
 class Route:
-    """One way to reach the fixture server: directly, or through the gateway."""
+    """One way to reach the fixture server: directly, through a relay or a proxy, or through the gateway."""
 
-    def __init__(self, name: str, params: StdioServerParameters, prefix: str) -> None:
+    def __init__(self, name: str, params: StdioServerParameters, prefix: str, *, plans: bool = False) -> None:
         self.name = name
         self.params = params
         self.prefix = prefix
+        self.plans = plans
+        """Whether `orchestrate` is there (the gateway): then the 10 echo go as one plan."""
 
     def tool(self, name: str) -> str:
         return self.prefix + name
+
+
+def _processes() -> dict[int, tuple[int, float]]:
+    """pid -> (parent pid, CPU seconds so far) of every live process, from /proc."""
+    found: dict[int, tuple[int, float]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue  # it exited meanwhile
+        fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (comm) ": state, ppid, ...
+        if fields[0] == "Z":
+            continue  # exited, not yet reaped: an earlier path's
+        found[int(entry)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / CLOCK_TICKS)
+    return found
+
+
+def spawned_tree() -> tuple[int, float]:
+    """The process this benchmark spawned (the client's server) and the CPU seconds of its whole tree."""
+    processes = _processes()
+    children: dict[int, list[int]] = defaultdict(list)
+    for pid, (parent, _) in processes.items():
+        children[parent].append(pid)
+    (top,) = children[os.getpid()]  # one server at a time
+    cpu, todo = 0.0, [top]
+    while todo:
+        pid = todo.pop()
+        cpu += processes[pid][1]
+        todo.extend(children[pid])
+    return top, cpu
+
+
+def peak_rss_mb(pid: int) -> float:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(next(line for line in status.splitlines() if line.startswith("VmHWM:")).split()[1]) / 1024
+
+
+def _plan(route: Route) -> str:
+    server = route.prefix.removesuffix("__")
+    steps = "".join(f'<{server}><echo>{{"text": "step {i}"}}</echo></{server}>' for i in range(PLAN_STEPS))
+    return f"<parallel>{steps}</parallel><execute_tools />"
 
 
 async def measure(path: Route, calls: int) -> dict[str, float]:
@@ -55,13 +114,20 @@ async def measure(path: Route, calls: int) -> dict[str, float]:
         out["cold start (s)"] = time.perf_counter() - began
         echo = path.tool("echo")
 
+        top, cpu_before = spawned_tree()
+        out["peak RSS at first result (MB)"] = peak_rss_mb(top)
         latencies = []
+        t_seq = time.perf_counter()
         for _ in range(calls):
             t0 = time.perf_counter()
             await client.call_tool(echo, {"text": "hello"})
             latencies.append((time.perf_counter() - t0) * 1000)
+        seq_seconds = time.perf_counter() - t_seq
+        _, cpu_after = spawned_tree()
         out["sequential p50 (ms)"] = statistics.median(latencies)
         out["sequential p95 (ms)"] = percentile(latencies, 0.95)
+        out["sequential (calls/s)"] = calls / seq_seconds
+        out["tree CPU per call (ms)"] = (cpu_after - cpu_before) * 1000 / calls
 
         batches, width = 20, 50
         t0 = time.perf_counter()
@@ -84,40 +150,25 @@ async def measure(path: Route, calls: int) -> dict[str, float]:
             sizes.append(time.perf_counter() - t0)
             assert len(result.content[0].text) == MIB  # type: ignore[union-attr]
         out["1 MiB result (ms)"] = statistics.median(sizes) * 1000
+
+        async def ten_echo() -> None:
+            if path.plans:
+                answer = await client.call_tool("orchestrate", {"plan": _plan(path)})
+                assert not answer.is_error, answer.content
+                return
+            async with anyio.create_task_group() as tg:
+                for i in range(PLAN_STEPS):
+                    tg.start_soon(client.call_tool, echo, {"text": f"step {i}"})
+
+        await ten_echo()  # the first plan imports the plan machinery: not what is measured here
+        tens = []
+        for _ in range(20):
+            t0 = time.perf_counter()
+            await ten_echo()
+            tens.append((time.perf_counter() - t0) * 1000)
+        out[f"{PLAN_STEPS} echo at once (ms)"] = statistics.median(tens)
+        out["peak RSS at the end (MB)"] = peak_rss_mb(top)
     return out
-
-
-def gateway_rss_mb(config: Path) -> float:
-    """RSS of a gateway process after it served calls, from /proc."""
-    import subprocess
-
-    proc = subprocess.Popen(
-        [TOOLSCORE, "serve", "--config", str(config)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-    )
-    assert proc.stdin is not None and proc.stdout is not None
-
-    def rpc(msg: dict[str, Any]) -> None:
-        assert proc.stdin is not None
-        proc.stdin.write((json.dumps(msg) + "\n").encode())
-        proc.stdin.flush()
-
-    init = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "bench", "version": "0"}}
-    rpc({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": init})
-    proc.stdout.readline()
-    rpc({"jsonrpc": "2.0", "method": "notifications/initialized"})
-    for i in range(1, 201):
-        args = {"name": "toolscore_bench__large", "arguments": {"size": 65536 if i % 20 == 0 else 10}}
-        rpc({"jsonrpc": "2.0", "id": i, "method": "tools/call", "params": args})
-        proc.stdout.readline()
-    status = Path(f"/proc/{proc.pid}/status").read_text()
-    rss_kb = int(next(line for line in status.splitlines() if line.startswith("VmRSS:")).split()[1])
-    proc.stdin.close()
-    proc.wait(10)
-    proc.stdout.close()
-    return rss_kb / 1024
 
 
 async def main() -> None:
@@ -137,34 +188,43 @@ async def main() -> None:
             }
         )
     )
-    minimal = StdioServerParameters(
-        command=sys.executable,
-        args=[str(Path(__file__).parent / "minimal_proxy.py"), sys.executable, str(FIXTURE)],
-        env={"FIXTURE_STATE_DIR": str(tmp)},
-    )
+
+    def through(script: str) -> StdioServerParameters:
+        return StdioServerParameters(
+            command=sys.executable,
+            args=[str(HERE / script), sys.executable, str(FIXTURE)],
+            env={"FIXTURE_STATE_DIR": str(tmp)},
+        )
+
     paths = [
         Route("direct", fixture, ""),
-        Route("minimal", minimal, ""),
+        Route("relay", through("line_relay.py"), ""),
+        Route("minimal", through("minimal_proxy.py"), ""),
         Route(
             "gateway",
             StdioServerParameters(command=TOOLSCORE, args=["serve", "--config", str(config)]),
             "toolscore_bench__",
+            plans=True,
         ),
     ]
-    results: dict[str, list[dict[str, float]]] = {p.name: [] for p in paths}
+    names = [p.name for p in paths]
+    results: dict[str, list[dict[str, float]]] = {name: [] for name in names}
     for round_ in range(args.rounds):
         for path in paths if round_ % 2 == 0 else list(reversed(paths)):
             results[path.name].append(await measure(path, args.calls))
             print(f"round {round_ + 1} {path.name}: done", file=sys.stderr)
 
-    print(
-        f"\n{'metric':32} {'direct':>10} {'minimal':>10} {'gateway':>10} {'min/dir':>8} {'gw/dir':>7}"
-        f"   (median of {args.rounds} rounds)"
-    )
+    header = "".join(f"{name:>10}" for name in names)
+    ratios = "".join(f"{name[:3] + '/dir':>9}" for name in names[1:])
+    print(f"\n{'metric':32}{header}{ratios}   (median of {args.rounds} rounds)")
     for metric in results["direct"][0]:
-        d, m, g = (statistics.median(r[metric] for r in results[name]) for name in ("direct", "minimal", "gateway"))
-        print(f"{metric:32} {d:10.3f} {m:10.3f} {g:10.3f} {m / d:8.2f} {g / d:7.2f}")
-    print(f"{'gateway RSS after 200 calls (MB)':32} {'':10} {gateway_rss_mb(config):10.1f}")
+        medians = [statistics.median(r[metric] for r in results[name]) for name in names]
+        cells = "".join(f"{m:10.3f}" for m in medians)
+        print(f"{metric:32}{cells}" + "".join(f"{m / medians[0]:9.2f}" for m in medians[1:]))
+    print(
+        f"\n'{PLAN_STEPS} echo at once' is one orchestrate plan through the gateway, {PLAN_STEPS} concurrent calls "
+        "elsewhere; 'peak RSS' is the spawned process alone (the fixture server itself, for direct)."
+    )
 
 
 if __name__ == "__main__":

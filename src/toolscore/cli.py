@@ -1,4 +1,10 @@
-"""The `toolscore` command: serve, check, tools, call, audit, trajectories."""
+"""The `toolscore` command: serve, check, tools, call, audit, trajectories.
+
+Start-up time matters here (a client spawns `toolscore serve` and waits for it): this module
+imports only what parsing the command line and the config needs. `serve` starts the stdio
+servers (`spawn.start_early`) before it imports the SDK and the gateway, so their start-up
+overlaps the gateway's; each command imports what it uses when it runs.
+"""
 
 from __future__ import annotations
 
@@ -13,29 +19,19 @@ import sys
 import time
 from collections.abc import MutableMapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import anyio
-import mcp_types
-import structlog
-
-from toolscore._gateway import Gateway, audit_path, http_pages, open_gateway
-from toolscore._install import install_servers
-from toolscore._logging import configure_logging
 from toolscore._version import __version__
-from toolscore.audit.sinks import AuditRecord, audit_files, read_audit
-from toolscore.audit.stats import compute_stats, parse_since
-from toolscore.config import Config, config_candidates, default_config_path, load_config
+from toolscore.config import TOKEN_ENV, Config, config_candidates, default_config_path, load_config, server_log_dir
+from toolscore.downstream import spawn
 from toolscore.errors import ConfigError
-from toolscore.front.console import ConsoleFeed
-from toolscore.front.http import TOKEN_ENV, HttpExposure, resolve_exposure
-from toolscore.front.serve import listen_sockets, serve_http, serve_stdio
-from toolscore.front.server import exposed_tools
-from toolscore.loop.tool import trajectory_path
-from toolscore.loop.trajectory import chat_records, loop_stats, read_trajectories
-from toolscore.plan.tool import ORCHESTRATE
-from toolscore.telemetry import tracing
-from toolscore.telemetry.metrics import CallMetrics
+
+if TYPE_CHECKING:
+    import mcp_types
+
+    from toolscore._gateway import Gateway
+    from toolscore.audit.sinks import AuditRecord
+    from toolscore.front.http import HttpExposure
 
 __all__ = ["main"]
 
@@ -151,6 +147,8 @@ def _table(rows: Sequence[Sequence[str]]) -> str:
 
 def _exposed_tools(gw: Gateway) -> list[mcp_types.Tool]:
     """What `tools/list` answers."""
+    from toolscore.front.server import exposed_tools
+
     return exposed_tools(gw.hub, gw.orchestrator, gw.toolhub)
 
 
@@ -215,6 +213,10 @@ def _tools(gw: Gateway, as_json: bool, out: list[str], capability: str | None = 
 
 
 async def _call(gw: Gateway, tool: str, raw_args: str, out: list[str]) -> int:
+    import mcp_types
+
+    from toolscore.plan.tool import ORCHESTRATE
+
     try:
         arguments: Any = json.loads(raw_args)
     except json.JSONDecodeError as exc:
@@ -239,6 +241,8 @@ def _http_exposure(args: argparse.Namespace, config: Config) -> HttpExposure | N
     """The HTTP front's checked token, allow-lists and TLS for `serve --transport http` (else None)."""
     if args.command != "serve" or args.transport != "http":
         return None
+    from toolscore.front.http import resolve_exposure
+
     return resolve_exposure(
         config.settings.http,
         host=args.host,
@@ -259,35 +263,44 @@ async def _run(
     out: list[str],
 ) -> int:
     """Run one command with the gateway open; what it prints goes to `out`, written once the servers are stopped."""
-    # Metrics are counted only when the HTTP front can serve them.
-    http = exposure is not None
-    async with open_gateway(
-        config, metrics=CallMetrics() if http else None, console=ConsoleFeed() if http else None
-    ) as gw:
-        if args.command == "serve":
-            limit = config.settings.max_request_bytes
-            if exposure is not None:
-                banner = f"{len(_exposed_tools(gw))} tools from {len(gw.hub.registry.servers)} server(s)"
-                await serve_http(
-                    gw.server,
-                    host=args.host,
-                    port=args.port,
-                    exposure=exposure,
-                    max_request_bytes=limit,
-                    banner=banner,
-                    sockets=sockets,
-                    pages=http_pages(gw),
-                )
-            else:
-                await serve_stdio(gw.server, max_request_bytes=limit)
-            return 0
-        # A one-shot command reports on every server: past the start-up grace, wait for the rest.
-        await gw.hub.wait_started()
-        if args.command == "check":
-            return _check(gw, args.json, out)
-        if args.command == "tools":
-            return _tools(gw, args.json, out, args.capability)
-        return await _call(gw, args.tool, args.args, out)
+    from toolscore._gateway import open_gateway
+
+    if exposure is None:
+        async with open_gateway(config) as gw:
+            if args.command == "serve":
+                from toolscore.front.serve import serve_stdio
+
+                await serve_stdio(gw.server, max_request_bytes=config.settings.max_request_bytes)
+                return 0
+            return await _one_shot(args, gw, out)
+    # Metrics are counted and the console is fed only when the HTTP front can serve them.
+    from toolscore._gateway import http_pages
+    from toolscore.front.console import ConsoleFeed
+    from toolscore.front.serve import serve_http
+    from toolscore.telemetry.metrics import CallMetrics
+
+    async with open_gateway(config, metrics=CallMetrics(), console=ConsoleFeed()) as gw:
+        await serve_http(
+            gw.server,
+            host=args.host,
+            port=args.port,
+            exposure=exposure,
+            max_request_bytes=config.settings.max_request_bytes,
+            banner=f"{len(_exposed_tools(gw))} tools from {len(gw.hub.registry.servers)} server(s)",
+            sockets=sockets,
+            pages=http_pages(gw),
+        )
+        return 0
+
+
+async def _one_shot(args: argparse.Namespace, gw: Gateway, out: list[str]) -> int:
+    """`check`, `tools` or `call`: they report on every server, so past the start-up grace they wait for the rest."""
+    await gw.hub.wait_started()
+    if args.command == "check":
+        return _check(gw, args.json, out)
+    if args.command == "tools":
+        return _tools(gw, args.json, out, args.capability)
+    return await _call(gw, args.tool, args.args, out)
 
 
 def _record_line(r: AuditRecord) -> str:
@@ -301,6 +314,12 @@ def _record_line(r: AuditRecord) -> str:
 
 
 def _audit(args: argparse.Namespace, config: Config) -> int:
+    from toolscore._gateway import audit_path
+    from toolscore.audit.sinks import audit_files, read_audit
+    from toolscore.audit.stats import compute_stats, parse_since
+    from toolscore.loop.tool import trajectory_path
+    from toolscore.loop.trajectory import loop_stats, read_trajectories
+
     path = args.file or audit_path(config)
     shared = getattr(args, "shared", False)
     if shared and not config.settings.audit.stream:
@@ -369,6 +388,9 @@ def _audit(args: argparse.Namespace, config: Config) -> int:
 
 
 def _trajectories(args: argparse.Namespace, config: Config) -> int:
+    from toolscore.loop.tool import trajectory_path
+    from toolscore.loop.trajectory import chat_records, read_trajectories
+
     path = args.file or trajectory_path(config)
     if path is None or not path.is_file():
         print(
@@ -388,6 +410,8 @@ def _trajectories(args: argparse.Namespace, config: Config) -> int:
 
 
 def _install(args: argparse.Namespace, config: Config) -> int:
+    from toolscore._install import install_servers
+
     unknown = [name for name in args.servers if name not in config.servers]
     if unknown:
         print(f"toolscore: error: not in the config: {', '.join(unknown)}", file=sys.stderr)
@@ -405,6 +429,8 @@ def _install(args: argparse.Namespace, config: Config) -> int:
 
 def _follow(path: Path) -> int:
     """Print records appended to `path` until interrupted (a rotation starts over on the new file)."""
+    from toolscore.audit.sinks import AuditRecord
+
     position = path.stat().st_size
     try:
         sys.stdout.flush()  # the lines printed so far, before waiting (stdout may be a pipe)
@@ -443,6 +469,8 @@ class _OnceEach:
         if isinstance(server, str):
             key = (server, str(event.get("event")))
             if key in self._seen:
+                import structlog
+
                 raise structlog.DropEvent
             self._seen.add(key)
         return event
@@ -464,6 +492,8 @@ class _NoTraceback(logging.Filter):
 
 def _quiet_start_up() -> None:
     """Below debug level, a one-shot command reports each server's problems in one line, no traceback."""
+    import structlog
+
     structlog.configure(processors=[_OnceEach(), *structlog.get_config()["processors"]])
     for handler in logging.getLogger().handlers:
         handler.addFilter(_NoTraceback())
@@ -492,6 +522,8 @@ def _load(args: argparse.Namespace) -> Config | None:
 
 def _listen(args: argparse.Namespace) -> list[socket.socket] | None:
     """`serve --transport http`: the listening sockets, bound before any server starts."""
+    from toolscore.front.serve import listen_sockets
+
     where = f"[{args.host}]:{args.port}" if ":" in args.host else f"{args.host}:{args.port}"
     try:
         return listen_sockets(args.host, args.port)
@@ -501,19 +533,28 @@ def _listen(args: argparse.Namespace) -> list[socket.socket] | None:
         return None
 
 
-def _command(args: argparse.Namespace) -> int:
+def _configure_logging(args: argparse.Namespace) -> None:
+    """Logs to stderr at --log-level; set up once the servers have started (structlog's import can wait)."""
+    from toolscore._logging import configure_logging
+
     configure_logging(args.log_level)
+    if args.command in ONE_SHOT and logging.getLevelName(args.log_level.upper()) != logging.DEBUG:
+        _quiet_start_up()
+
+
+def _command(args: argparse.Namespace) -> int:
     config = _load(args)
     if config is None:
         return EXIT_CONFIG
-    if args.command == "audit":
-        return _audit(args, config)
-    if args.command == "trajectories":
-        return _trajectories(args, config)
-    if args.command == "install":
+    if args.command in ("audit", "trajectories", "install"):
+        _configure_logging(args)
+        if args.command == "audit":
+            return _audit(args, config)
+        if args.command == "trajectories":
+            return _trajectories(args, config)
         return _install(args, config)
-    if args.command in ONE_SHOT and logging.getLevelName(args.log_level.upper()) != logging.DEBUG:
-        _quiet_start_up()
+    from toolscore.telemetry import tracing
+
     sockets: list[socket.socket] | None = None
     out: list[str] = []
     try:
@@ -521,6 +562,11 @@ def _command(args: argparse.Namespace) -> int:
         tracing.enable_from_env(os.environ)  # OTLP export only when OTEL_EXPORTER_OTLP_ENDPOINT is set
         if exposure is not None and (sockets := _listen(args)) is None:
             return EXIT_CONFIG
+        # The servers start now and import their SDK while this process imports the gateway.
+        spawn.start_early(config.enabled_servers, server_log_dir(config))
+        _configure_logging(args)
+        import anyio
+
         code = anyio.run(_run, args, config, exposure, sockets, out)
     except ConfigError as exc:  # found while starting: a plugin that is not installed, say
         print(f"toolscore: config error: {exc}", file=sys.stderr)
@@ -528,6 +574,7 @@ def _command(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         return 130
     finally:
+        spawn.abandon_early()  # servers the gateway stopped before connecting to
         for sock in sockets or []:
             sock.close()
     for line in out:

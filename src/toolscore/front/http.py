@@ -22,15 +22,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from toolscore.config import HttpSettings
+from toolscore.config import TOKEN_ENV, HttpSettings
 from toolscore.errors import ConfigError
 from toolscore.front.callers import PRINCIPAL_SCOPE_KEY
 from toolscore.front.http_input import check_body
 
 __all__ = ["TOKEN_ENV", "BearerToken", "HttpExposure", "HttpGuard", "is_loopback", "resolve_exposure"]
 
-TOKEN_ENV = "TOOLSCORE_TOKEN"
-"""The environment variable holding the bearer token."""
 MIN_TOKEN_CHARS = 16
 _LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
 _FLAGS = {"allowed_hosts": "--allow-host", "allowed_origins": "--allow-origin"}

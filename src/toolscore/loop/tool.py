@@ -4,6 +4,10 @@ A separate tool rather than a mode of `orchestrate`: the two take different argu
 not a plan), answer differently (a final answer, not `<result>`s) and have different costs (a
 model's turns, not one plan), so each keeps one input schema and one contract a model can read,
 and policy can allow one without the other.
+
+The loop itself (the agent, the model clients, the episode database, the trajectory log) is
+imported and opened with the first task or plan: `tools/list` and passthrough calls need only
+the tool's definition.
 """
 
 from __future__ import annotations
@@ -11,8 +15,9 @@ from __future__ import annotations
 import secrets
 from collections.abc import Callable
 from dataclasses import asdict
+from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx2
 import mcp_types
@@ -20,25 +25,20 @@ import mcp_types
 from toolscore._engine import ToolExecutionEngine, error_result
 from toolscore.config import Config, ModelConfig, state_dir
 from toolscore.errors import PlanProblem
-from toolscore.loop.agent import AgentLoop, LoopState, TaskOutcome
 from toolscore.loop.contract import system_prompt
-from toolscore.loop.execute import PlanContext
 from toolscore.loop.limits import Limits, describe
-from toolscore.loop.models import (
-    AnthropicModel,
-    InputRequiredModel,
-    ModelClient,
-    OpenAICompatibleModel,
-    SamplingModel,
-    SendRequest,
-)
-from toolscore.loop.store import DurableEpisodes, EpisodeDB, episode_to_dict, owner_of
-from toolscore.loop.trajectory import TrajectoryLog
-from toolscore.plan.check import shorthand_table
+from toolscore.plan.blocks import shorthand_table
 from toolscore.plan.nodes import CheckedPlan
 from toolscore.plan.tool import EpisodeStore
 from toolscore.state import EpisodeRecords
 from toolscore.types import ProgressFn, ToolSource
+
+if TYPE_CHECKING:
+    from toolscore.loop.agent import TaskOutcome
+    from toolscore.loop.execute import PlanContext
+    from toolscore.loop.models import ModelClient, SendRequest
+    from toolscore.loop.store import DurableEpisodes
+    from toolscore.loop.trajectory import TrajectoryLog
 
 __all__ = ["DELEGATE", "Delegator", "trajectory_path"]
 
@@ -84,6 +84,8 @@ def _episodes_path(config: Config) -> Path | str:
 
 
 def _configured(model: ModelConfig, http: httpx2.AsyncClient) -> ModelClient:
+    from toolscore.loop.models import AnthropicModel, OpenAICompatibleModel
+
     if model.provider == "anthropic":
         return AnthropicModel(http, url=model.url or _ANTHROPIC, model=model.model, api_key=model.api_key)
     assert model.url is not None  # the config requires it for this provider
@@ -113,26 +115,59 @@ class Delegator:
             `toolscore.state`); default: the SQLite file `loop.episodes_db`.
         """
         self._tools = tools
+        self._engine = engine
         self._config = config
         self._settings = config.settings.loop
         self._contract = contract
+        self._policy = policy
         self.refusal = refusal
-        self._ctx = PlanContext(
-            tools=tools,
-            engine=engine,
+        self._plan_episodes = plan_episodes
+        self._records = records
+        self._durable: DurableEpisodes | None = None
+        self._http: httpx2.AsyncClient | None = None
+
+    @cached_property
+    def _ctx(self) -> PlanContext:
+        from toolscore.loop.execute import PlanContext
+
+        config = self._config
+        return PlanContext(
+            tools=self._tools,
+            engine=self._engine,
             limits=config.settings.plan,
             shorthands=shorthand_table([(s.name, s.shorthands) for s in config.enabled_servers]),
-            policy=policy,
+            policy=self._policy,
             max_argument_bytes=config.settings.max_request_bytes,
         )
-        self.log = TrajectoryLog(trajectory_path(config))
-        self.store: EpisodeRecords = (
-            records
-            if records is not None
-            else EpisodeDB(_episodes_path(config), ttl_seconds=self._settings.episode_ttl_seconds)
-        )
-        self.durable = DurableEpisodes(self.store, plan_episodes) if plan_episodes is not None else None
-        self._http: httpx2.AsyncClient | None = None
+
+    @cached_property
+    def log(self) -> TrajectoryLog:
+        """The trajectory log (`loop.trajectories`)."""
+        from toolscore.loop.trajectory import TrajectoryLog
+
+        return TrajectoryLog(trajectory_path(self._config))
+
+    @cached_property
+    def store(self) -> EpisodeRecords:
+        """Paused tasks, finished tasks and episodes: the shared records, else the SQLite file, opened on first use."""
+        if self._records is not None:
+            return self._records
+        from toolscore.loop.store import EpisodeDB
+
+        return EpisodeDB(_episodes_path(self._config), ttl_seconds=self._settings.episode_ttl_seconds)
+
+    @property
+    def durable(self) -> DurableEpisodes | None:
+        """`orchestrate`'s episodes kept in `store` across restarts (None without `plan_episodes`)."""
+        if self._durable is None and self._plan_episodes is not None:
+            from toolscore.loop.store import DurableEpisodes
+
+            self._durable = DurableEpisodes(self.store, self._plan_episodes)
+        return self._durable
+
+    @durable.setter
+    def durable(self, value: DurableEpisodes) -> None:
+        self._durable = value
 
     def tool(self) -> mcp_types.Tool:
         """The tool definition."""
@@ -159,7 +194,8 @@ class Delegator:
         """Close the model endpoint's connections and the episode store."""
         if self._http is not None:
             await self._http.aclose()
-        self.store.close()
+        if "store" in self.__dict__:  # opened
+            self.store.close()
 
     def _client(self, timeout: float) -> httpx2.AsyncClient:
         # One client for every task, made on first use: building one costs 60-120 ms (its TLS
@@ -206,6 +242,9 @@ class Delegator:
             input_sampling: The client samples through input-required results (2026-07-28 era).
             input_responses, request_state: A retried call's answers to our input-required result.
         """
+        from toolscore.loop.agent import AgentLoop
+        from toolscore.loop.models import InputRequiredModel, SamplingModel
+
         args = arguments or {}
         task, servers = args.get("task"), args.get("servers")
         if not isinstance(task, str) or not task.strip():
@@ -271,6 +310,10 @@ class Delegator:
         on_event: Callable[[str, Any], None] | None,
     ) -> mcp_types.CallToolResult | mcp_types.InputRequiredResult:
         """Go on with a paused task: the client's model has answered the turn we asked for."""
+        from toolscore.loop.agent import AgentLoop, LoopState
+        from toolscore.loop.models import InputRequiredModel
+        from toolscore.loop.store import owner_of
+
         owner = owner_of(caller or "")
         # The state is a random id into our own store, never data the client could forge.
         # Taken in one step: a retry sent twice (to two replicas) resumes the task once.
@@ -308,6 +351,8 @@ class Delegator:
         allowed: frozenset[str] | None,
         caller: str | None,
     ) -> mcp_types.CallToolResult | mcp_types.InputRequiredResult:
+        from toolscore.loop.store import episode_to_dict, owner_of
+
         owner = owner_of(caller or "")
         if outcome.pending is not None and outcome.state is not None:
             ident = secrets.token_hex(16)

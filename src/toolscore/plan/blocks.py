@@ -30,11 +30,14 @@ import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import anyio
 
 from toolscore.plan.nodes import Block, CheckedBlock, CheckedCall, CheckedCapability, CheckedNode, Status
+
+if TYPE_CHECKING:
+    from toolscore.config import Shorthand
 
 __all__ = [
     "COMMON_ATTRIBUTES",
@@ -52,6 +55,7 @@ __all__ = [
     "RunChild",
     "either",
     "option",
+    "shorthand_table",
 ]
 
 
@@ -369,3 +373,13 @@ SPECS: Mapping[BlockKind, BlockSpec] = {
         ),
     )
 }
+
+
+def shorthand_table(servers: Sequence[tuple[str, tuple[Shorthand, ...]]]) -> dict[str, tuple[str, Shorthand]]:
+    """tag -> (server, binding) from the configured servers (first server wins a tag)."""
+    table: dict[str, tuple[str, Shorthand]] = {}
+    for server, bindings in servers:
+        for binding in bindings:
+            assert binding.tag is not None
+            table.setdefault(binding.tag, (server, binding))
+    return table

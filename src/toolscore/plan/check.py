@@ -26,14 +26,14 @@ from __future__ import annotations
 
 import contextlib
 import difflib
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from toolscore._json import format_path
 from toolscore.config import PlanSettings, Shorthand
 from toolscore.downstream.registry import Registry, Route
 from toolscore.errors import PlanCheckError, PlanProblem, RefSyntaxError
-from toolscore.plan.blocks import SPECS, BlockKind, either
+from toolscore.plan.blocks import SPECS, BlockKind, either, shorthand_table
 from toolscore.plan.nodes import (
     Block,
     CallNode,
@@ -564,13 +564,3 @@ def check_plan(
     calls = tuple(sorted(checker.calls, key=lambda c: c.step))
     capability_steps = tuple(sorted(checker.capability_steps, key=lambda c: c.step))
     return CheckedPlan(root, calls, checker.ids, tuple(checker.warnings), capability_steps)
-
-
-def shorthand_table(servers: Sequence[tuple[str, tuple[Shorthand, ...]]]) -> dict[str, tuple[str, Shorthand]]:
-    """tag -> (server, binding) from the configured servers (first server wins a tag)."""
-    table: dict[str, tuple[str, Shorthand]] = {}
-    for server, bindings in servers:
-        for binding in bindings:
-            assert binding.tag is not None
-            table.setdefault(binding.tag, (server, binding))
-    return table

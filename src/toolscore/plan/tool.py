@@ -1,4 +1,8 @@
-"""The `orchestrate` front tool: parse a plan, check all of it, run it, answer with `<result>`s."""
+"""The `orchestrate` front tool: parse a plan, check all of it, run it, answer with `<result>`s.
+
+The parser, the checker and the runner are imported with the first plan: a gateway that is only
+asked for passthrough calls (and `tools/list`, which shows this tool) never loads them.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +13,7 @@ import uuid
 from collections import Counter, OrderedDict
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import mcp_types
@@ -18,14 +22,13 @@ from toolscore._engine import ToolExecutionEngine, error_result
 from toolscore.audit.sinks import AuditRecord, AuditSink
 from toolscore.config import Config
 from toolscore.errors import PlanCheckError, PlanProblem, PlanSyntaxError
-from toolscore.plan.blocks import SPECS
-from toolscore.plan.check import check_plan, shorthand_table
+from toolscore.plan.blocks import SPECS, shorthand_table
 from toolscore.plan.nodes import CheckedBlock, CheckedCapability, CheckedNode, CheckedPlan, ParsedTurn
-from toolscore.plan.parse import parse_turn
-from toolscore.plan.run import CapabilityHub, Episode, PlanRunner
-from toolscore.plan.transcript import render_plan_errors, render_results
 from toolscore.telemetry import tracing
 from toolscore.types import ProgressFn, ToolSource
+
+if TYPE_CHECKING:
+    from toolscore.plan.run import CapabilityHub, Episode
 
 __all__ = ["ORCHESTRATE", "Orchestrator"]
 
@@ -107,6 +110,8 @@ class EpisodeStore:
 
     def new(self, caller: str, episode: Episode | None = None) -> Episode:
         """A fresh episode of the caller's (or `episode`, restored from the durable store)."""
+        from toolscore.plan.run import Episode
+
         episode = episode or Episode(secrets.token_hex(8))
         episodes = self._by_caller.setdefault(caller, OrderedDict())
         self._by_caller.move_to_end(caller)
@@ -207,6 +212,9 @@ class Orchestrator:
         caller: str | None = None,
     ) -> mcp_types.CallToolResult:
         """Answer one `orchestrate` call from `caller` (whose episodes it may use)."""
+        from toolscore.plan.run import PlanRunner
+        from toolscore.plan.transcript import render_plan_errors, render_results
+
         args = arguments or {}
         plan, episode_id, dry_run = args.get("plan"), args.get("episode"), args.get("dry_run", False)
         if not isinstance(plan, str) or not isinstance(episode_id, str | None) or not isinstance(dry_run, bool):
@@ -304,6 +312,9 @@ class Orchestrator:
         Raises:
             PlanSyntaxError, PlanCheckError: every problem found.
         """
+        from toolscore.plan.check import check_plan
+        from toolscore.plan.parse import parse_turn
+
         turn = parse_turn(
             plan,
             first_step=first_step,
@@ -330,6 +341,8 @@ class Orchestrator:
         return turn, checked
 
     def _no_calls(self, turn: ParsedTurn, episode: Episode, caller: str) -> mcp_types.CallToolResult:
+        from toolscore.plan.transcript import render_plan_errors
+
         if turn.answer is not None:
             self.episodes.end(caller, episode.id)
             return _text(

@@ -3,6 +3,9 @@
 Every candidate call is an ordinary `engine.execute` call, so policy, validation, deadlines and
 the audit record apply to each exactly as to a direct call; the hub only chooses, maps, races and
 merges. Candidates are ordered by the scoreboard (fed by the audit stream), then by priority.
+
+Searching, argument mapping and merging are imported with the first call that needs them, and
+the search index is built by the first search: `tools/list` needs only the catalog mode.
 """
 
 from __future__ import annotations
@@ -10,7 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 import mcp_types
@@ -20,13 +23,13 @@ from toolscore.config import CapabilitySettings, Config
 from toolscore.downstream.registry import Registry
 from toolscore.toolhub.capabilities import Capabilities, Tagged, index_capabilities
 from toolscore.toolhub.catalog import CALL_TOOL, OWN_TOOLS, SEARCH_TOOLS, catalog_mode
-from toolscore.toolhub.mapping import map_arguments
-from toolscore.toolhub.sampling import Sample, synthesis_request, synthesize
 from toolscore.toolhub.scoring import Scoreboard
-from toolscore.toolhub.search import SearchIndex
-from toolscore.toolhub.synthesis import merge
 from toolscore.toolhub.text import words
 from toolscore.types import ProgressFn, ToolSource
+
+if TYPE_CHECKING:
+    from toolscore.toolhub.sampling import Sample
+    from toolscore.toolhub.search import SearchIndex
 
 __all__ = ["Attempt", "ToolHub"]
 
@@ -55,12 +58,13 @@ class Attempt:
         return f"{self.tool} {self.status}" + (f" ({self.reason})" if self.reason else "")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Index:
     registry: Registry
     capabilities: Capabilities
-    search: SearchIndex
     mode: Literal["full", "search"]
+    search: SearchIndex | None = None
+    """Built by the first search."""
 
 
 def _first_line(outcome: CallOutcome) -> str:
@@ -107,7 +111,7 @@ class ToolHub:
             routes = [r for r in registry.routes.values() if r.server not in registry.down]
             capabilities = index_capabilities(routes, self._config)
             mode = catalog_mode(self._config.settings.catalog, self._settings, registry.tools())
-            self._index = _Index(registry, capabilities, SearchIndex(capabilities.tools), mode)
+            self._index = _Index(registry, capabilities, mode)
         return self._index
 
     @property
@@ -137,6 +141,10 @@ class ToolHub:
     def search(self, query: str, k: int) -> list[dict[str, Any]]:
         """The `k` best tools for `query`: full definitions, tags, and near-duplicates folded in."""
         index = self._current()
+        if index.search is None:
+            from toolscore.toolhub.search import SearchIndex
+
+            index.search = SearchIndex(index.capabilities.tools)
         asked = set(words(query))
         found: list[dict[str, Any]] = [
             t.model_dump(by_alias=True, mode="json", exclude_none=True)
@@ -228,6 +236,8 @@ class ToolHub:
         sample: Sample | None = None,
     ) -> mcp_types.CallToolResult:
         """Call the best candidates for `capability` with `arguments`, by the capability's strategy."""
+        from toolscore.toolhub.mapping import map_arguments
+
         settings = self._settings.capabilities.get(capability, CapabilitySettings())
         how: Strategy = strategy or settings.strategy
         ranked = self.ranked(capability)
@@ -331,6 +341,9 @@ class ToolHub:
         attempts: list[Attempt],
         sample: Sample | None,
     ) -> mcp_types.CallToolResult:
+        from toolscore.toolhub.sampling import synthesis_request, synthesize
+        from toolscore.toolhub.synthesis import merge
+
         items = merge([(n, o.result) for n, o in wins], item_bytes=settings.item_bytes, max_items=settings.max_items)
         lines = []
         for number, item in enumerate(items, 1):

@@ -1,0 +1,89 @@
+"""Servers started before the gateway's imports: taken by the first connection, or killed."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from toolscore.config import ServerConfig
+from toolscore.downstream import spawn
+
+_WAIT = "import sys; sys.stdin.read()"
+"""A server that runs until its stdin closes."""
+
+
+def _children() -> set[int]:
+    """This process's live children, from /proc."""
+    found: set[int] = set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            state, parent = stat[stat.rindex(")") + 2 :].split()[:2]
+            if int(parent) == os.getpid() and state != "Z":
+                found.add(int(entry))
+    return found
+
+
+@pytest.fixture
+def clean() -> Iterator[None]:
+    yield
+    spawn.abandon_early()
+
+
+def _server(name: str, *args: str) -> ServerConfig:
+    return ServerConfig(name=name, command=sys.executable, args=("-c", _WAIT, *args))
+
+
+@pytest.mark.usefixtures("clean")
+def test_the_first_start_of_the_same_command_takes_the_early_process_and_its_log(tmp_path: Path) -> None:
+    server = _server("a")
+    spawn.start_early([server], tmp_path)
+    early = _children()
+    assert len(early) == 1
+    log = spawn.take_errlog(server)
+    assert log is not None
+    errlog, log_start = log
+    assert log_start == (tmp_path / "a.log").stat().st_size  # after the header
+    popen = spawn.start(server.command or "", server.args, server.env, server.cwd, errlog)
+    assert {popen.pid} == early  # no second process
+    again = spawn.start(server.command or "", server.args, server.env, server.cwd, errlog)
+    assert again.pid not in early  # the next start (a reconnection) is a new process
+    for started in (popen, again):
+        assert started.stdin is not None and started.stdout is not None
+        started.stdin.close()
+        started.wait(10)
+        started.stdout.close()
+    errlog.close()
+
+
+@pytest.mark.usefixtures("clean")
+def test_servers_never_taken_are_killed(tmp_path: Path) -> None:
+    spawn.start_early([_server("a"), _server("b", "second")], tmp_path)
+    started = _children()
+    assert len(started) == 2
+    spawn.abandon_early()
+    deadline = time.monotonic() + 10
+    while _children() & started and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _children() & started
+
+
+@pytest.mark.usefixtures("clean")
+def test_of_two_identical_servers_only_the_first_starts_early_and_a_missing_command_not_at_all(tmp_path: Path) -> None:
+    missing = ServerConfig(name="gone", command="/nonexistent/server")
+    http = ServerConfig(name="web", url="http://127.0.0.1:9/mcp")
+    spawn.start_early([_server("a"), _server("twin"), missing, http], tmp_path)
+    assert len(_children()) == 1
+    assert spawn.take_errlog(_server("twin")) is None  # its own connection opens its own log
+    log = spawn.take_errlog(missing)  # open, with its header: the hub's attempt reports there
+    assert log is not None
+    log[0].close()
+    assert (tmp_path / "gone.log").read_text().count("--- toolscore: starting 'gone'") == 1

@@ -1,0 +1,105 @@
+"""Start-up: a stdio gateway imports only what passthrough needs, and starts its servers first.
+
+The gateway runs in a fresh interpreter (`toolscore.cli.main`, as the console script runs it)
+that writes the names in `sys.modules` to a file when it exits, and notes for each process it
+starts whether the SDK was imported by then; a real `mcp` client lists the tools and makes one
+passthrough call first.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mcp import Client, StdioServerParameters
+
+from tests.conftest import fixture_entry, write_config
+
+pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
+
+_DRIVER = """\
+import atexit, json, subprocess, sys
+config, out = sys.argv[1:]
+spawned = []
+popen = subprocess.Popen.__init__
+def noting(self, *args, **kwargs):
+    spawned.append("mcp" in sys.modules)
+    popen(self, *args, **kwargs)
+subprocess.Popen.__init__ = noting
+atexit.register(lambda: open(out, "w").write(json.dumps({"modules": sorted(sys.modules), "sdk_at_spawn": spawned})))
+from toolscore.cli import main
+sys.exit(main(["serve", "--config", config]))
+"""
+
+NOT_FOR_PASSTHROUGH = (
+    # the HTTP front and what only it serves
+    "toolscore.front.http",
+    "toolscore.front.http_input",
+    "toolscore.front.console",
+    "toolscore.front.events",
+    "toolscore.front.routes",
+    "toolscore.telemetry.metrics",
+    # shared state
+    "toolscore.state.redis_store",
+    "toolscore.state.episodes",
+    "redis",
+    "opentelemetry.sdk",
+    # plans: the parser, the checker, the runner
+    "toolscore.plan.lex",
+    "toolscore.plan.parse",
+    "toolscore.plan.check",
+    "toolscore.plan.refs",
+    "toolscore.plan.values",
+    "toolscore.plan.run",
+    "toolscore.plan.transcript",
+    # the agent loop
+    "toolscore.loop.agent",
+    "toolscore.loop.execute",
+    "toolscore.loop.models",
+    "toolscore.loop.store",
+    "toolscore.loop.trajectory",
+    "toolscore.loop.scan",
+    "toolscore.loop.stops",
+    # the ToolHub's calls and search
+    "toolscore.toolhub.search",
+    "toolscore.toolhub.mapping",
+    "toolscore.toolhub.sampling",
+    "toolscore.toolhub.synthesis",
+)
+"""Modules a stdio gateway must not have loaded after `tools/list` and one passthrough call.
+
+What stays: the definitions of the gateway's own tools (`plan.tool`, `loop.tool`, `toolhub.hub`
+and the light modules they describe themselves with), which `tools/list` shows.
+"""
+
+
+async def _serve_once(tmp_path: Path) -> dict[str, Any]:
+    """Run `toolscore serve` on one stdio fixture server: list, call echo once, stop; what it noted."""
+    config = write_config(tmp_path, {"fx": fixture_entry(tmp_path)})
+    out = tmp_path / "modules.json"
+    params = StdioServerParameters(command=sys.executable, args=["-c", _DRIVER, str(config), str(out)])
+    async with Client(params, mode="legacy") as client:
+        result = await client.call_tool("fx__echo", {"text": "hello"})  # lists the tools first
+        assert result.content[0].model_dump()["text"] == "hello"
+    noted: dict[str, Any] = json.loads(out.read_text())
+    return noted
+
+
+async def test_a_stdio_gateway_loads_neither_the_http_front_nor_plans_loop_or_search(tmp_path: Path) -> None:
+    loaded = (await _serve_once(tmp_path))["modules"]
+    assert "toolscore.front.server" in loaded  # the dump is the gateway's own
+    found = sorted(m for m in loaded if m.startswith(NOT_FOR_PASSTHROUGH))
+    assert found == []
+
+
+async def test_the_server_starts_before_the_sdk_is_imported_and_the_gateway_uses_that_process(
+    tmp_path: Path,
+) -> None:
+    noted = await _serve_once(tmp_path)
+    # One process started, before the SDK: the hub's connection took it instead of starting another.
+    assert noted["sdk_at_spawn"] == [False]
+    log = (tmp_path / "logs" / "fx.log").read_text()
+    assert log.count("--- toolscore: starting 'fx'") == 1
