@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 import anyio
 import pytest
 
-from toolscore._lines import LineSplitter, Oversized, message_id, read_lines, write_lines
+from toolscore._lines import LineSplitter, LineWriter, Oversized, message_id, read_lines, write_lines
 
 
 def test_lines_come_out_whole_whatever_the_chunks() -> None:
@@ -67,7 +67,43 @@ async def test_reading_and_writing_non_blocking_pipes() -> None:
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(read)
-        await write_lines(write_fd, lines())
+        await write_lines(LineWriter(write_fd), lines())
         os.close(write_fd)
     os.close(read_fd)
     assert got == [b'{"id": 1}', big]
+
+
+@pytest.mark.anyio
+async def test_lines_written_by_several_tasks_never_interleave() -> None:
+    # The SDK's writer and the fast path share a pipe: a line the pipe cannot take at once
+    # must be finished before another task's line starts.
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(read_fd, False)
+    os.set_blocking(write_fd, False)
+    writer = LineWriter(write_fd)
+    lines = [bytes([ord("a") + n]) * 200_000 for n in range(4)]
+    got: list[bytes | Oversized] = []
+
+    async def read() -> None:
+        async for line in read_lines(read_fd, 1_000_000):
+            got.append(line)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(read)
+        async with anyio.create_task_group() as writers:
+            for line in lines:
+                writers.start_soon(writer.write, line[:1000], line[1000:], b"\n")
+        os.close(write_fd)
+    os.close(read_fd)
+    assert sorted(got, key=bytes) == lines  # type: ignore[arg-type]
+
+
+@pytest.mark.anyio
+async def test_a_writer_whose_reader_is_gone_drops_its_lines() -> None:
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(write_fd, False)
+    os.close(read_fd)
+    writer = LineWriter(write_fd)
+    await writer.write(b"lost\n")
+    assert writer.closed
+    os.close(write_fd)

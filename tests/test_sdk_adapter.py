@@ -13,7 +13,7 @@ from mcp import Client
 from mcp.server import Server, ServerRequestContext
 from mcp.server.connection import Connection
 
-from toolscore._sdk import connection_of, send_raw_request
+from toolscore._sdk import connection_of, send_as_client, send_raw_request
 
 pytestmark = pytest.mark.anyio
 
@@ -32,3 +32,21 @@ async def test_a_front_session_leads_to_its_connection_and_a_client_sends_raw_re
         raw = await send_raw_request(client, "tools/list", None)
     assert raw["tools"][0]["name"] == "ok"
     assert isinstance(seen[0], Connection) and seen[0].has_standalone_channel
+
+
+async def test_a_2026_request_can_carry_another_clients_capabilities() -> None:
+    seen: list[tuple[bool, str | None]] = []
+
+    async def call_tool(ctx: ServerRequestContext[Any], params: mcp_types.CallToolRequestParams) -> Any:
+        sampling = mcp_types.ClientCapabilities(sampling=mcp_types.SamplingCapability())
+        seen.append((ctx.session.check_client_capability(sampling), (ctx.meta or {}).get(mcp_types.LOG_LEVEL_META_KEY)))
+        return mcp_types.InputRequiredResult(request_state="again")
+
+    server = Server("adapter", on_call_tool=call_tool)
+    async with Client(server, mode="2026-07-28") as client:
+        raw = await send_as_client(
+            client, "tools/call", {"name": "t", "arguments": {}}, capabilities={"sampling": {}}, log_level="info"
+        )
+        await send_as_client(client, "tools/call", {"name": "t"}, capabilities={}, log_level=None)
+    assert raw["resultType"] == "input_required" and raw["requestState"] == "again"  # the raw result, unparsed
+    assert seen == [(True, "info"), (False, None)]

@@ -34,9 +34,10 @@ import mcp_types
 import structlog
 
 from toolscore._json import format_path
-from toolscore._tokens import arguments_tokens, result_tokens
+from toolscore._tokens import arguments_tokens, result_tokens, tokens_for_chars
 from toolscore.audit.sinks import AuditRecord, AuditSink
 from toolscore.config import DEFAULT_SEPARATOR, DEFAULT_SLOW_CALL_SECONDS, DEFAULT_TIMEOUT, Config
+from toolscore.downstream.raw import RawResult
 from toolscore.downstream.registry import Route
 from toolscore.errors import (
     CallTimeout,
@@ -48,7 +49,7 @@ from toolscore.errors import (
     ToolscoreError,
 )
 from toolscore.telemetry import tracing
-from toolscore.types import Arguments, CallDownstream, ProgressFn, ToolSource
+from toolscore.types import Arguments, CallDownstream, CallDownstreamRaw, ProgressFn, ToolSource
 
 __all__ = [
     "DEFAULT_OUTPUT_TOKENS",
@@ -101,6 +102,10 @@ class ExecutionContext:
     """The plan this call is a step of (`orchestrate`), else None."""
     invoke: Invoke | None = field(default=None, repr=False)
     """Sends the request in place of `tools/call` (a resource read), when not None."""
+    raw_for: str | None = None
+    """The front client's protocol version, when its result may stay the server's bytes."""
+    raw: RawResult | None = field(default=None, repr=False)
+    """The server's result as it wrote it; `result` is then a stand-in carrying only `isError`."""
     route: Route | None = None
     phase: ExecutionPhase = ExecutionPhase.PRE_VALIDATION
     started: float = field(default_factory=time.perf_counter)
@@ -196,7 +201,9 @@ class WrapHook(Protocol):
     """A hook around the execution phase (3): concurrency caps, timing, caching.
 
     Call `call_next(ctx)` to proceed; raise `Rejected` to refuse. Wraps nest in config order, the
-    first outermost.
+    first outermost. A hook that returns what `call_next` gave without reading it may say so with a
+    class attribute `passes_results_through = True`: results then stay the server's bytes while
+    only such hooks are installed (the zero-copy path, docs/performance.md).
     """
 
     name: str
@@ -215,6 +222,10 @@ class PostExecutionHook(Protocol):
 def error_result(message: str) -> mcp_types.CallToolResult:
     """A tool error result carrying `message` for the model."""
     return mcp_types.CallToolResult(content=[mcp_types.TextContent(text=message)], is_error=True)
+
+
+_STAND_IN = {flag: mcp_types.CallToolResult(content=[], is_error=flag) for flag in (False, True)}
+"""What the wraps see of a result kept as bytes (`ExecutionContext.raw`): only whether it is an error."""
 
 
 def _describe_schema_error(err: Any) -> str:
@@ -261,6 +272,12 @@ class CallOutcome:
         """Why the gateway failed the call (None if a result came back, even an isError one)."""
         return self.context.error
 
+    @property
+    def raw(self) -> RawResult | None:
+        """The server's result bytes, when the call asked for them (`raw_for`) and they stayed whole;
+        `result` is then only a stand-in."""
+        return self.context.raw
+
 
 class ToolExecutionEngine:
     """Runs every downstream call through the four phases and audits it."""
@@ -275,10 +292,12 @@ class ToolExecutionEngine:
         pre_hooks: Sequence[PreExecutionHook] = (),
         wrap_hooks: Sequence[WrapHook] = (),
         post_hooks: Sequence[PostExecutionHook] = (),
+        call_raw: CallDownstreamRaw | None = None,
     ) -> None:
         """Args:
         tools: What the engine knows of the downstream servers (the registry, who is up).
         call: The I/O seam: sends a call to a server.
+        call_raw: `call`, answering with the server's result bytes where it can (the fast path).
         audit: Receives one record per call.
         settings: Deadlines, names and audit options (default: `EngineSettings()`).
         pre_hooks: Constraint hooks (phase 2), in order.
@@ -295,6 +314,14 @@ class ToolExecutionEngine:
         self._execute_chain: CallNext = self._downstream
         for wrap in reversed(tuple(wrap_hooks)):  # built once: the first wrap is the outermost
             self._execute_chain = functools.partial(wrap, call_next=self._execute_chain)
+        self._call_raw = call_raw
+        # Bytes can pass only hooks that never look at a result.
+        self.keeps_raw_results = (
+            call_raw is not None
+            and not self._post
+            and all(getattr(w, "passes_results_through", False) for w in wrap_hooks)
+        )
+        """Whether a call asking for it (`raw_for`) can get the server's result bytes."""
         self._predicted_output: dict[str, float] = {}
         self.audit_lost = 0
         """Audit records the sink raised on (and so lost) since the engine was built."""
@@ -313,6 +340,7 @@ class ToolExecutionEngine:
         confirm: ConfirmFn | None = None,
         route: Route | None = None,
         invoke: Invoke | None = None,
+        raw_for: str | None = None,
     ) -> CallOutcome:
         """Run one call; never raises for anything a model could cause.
 
@@ -329,6 +357,8 @@ class ToolExecutionEngine:
                 pseudo-tool `resources/read` of its server); with `invoke`, which sends it.
             invoke: Sends the request in place of `tools/call`; its result, shaped as a tool
                 result, goes through the post hooks like any other.
+            raw_for: The front client's protocol version: the result may then stay the bytes the
+                server wrote (`CallOutcome.raw`), when no hook needs to read it.
 
         Returns:
             The result (an error result on failure) and the finished context.
@@ -344,6 +374,7 @@ class ToolExecutionEngine:
             progress=progress,
             invoke=invoke,
             route=route,
+            raw_for=raw_for if self.keeps_raw_results else None,
         )
         traced = tracing.tracer  # None unless tracing is on: then this read is the whole cost
         if traced is None:
@@ -415,7 +446,7 @@ class ToolExecutionEngine:
             ctx.trace(ctx.phase.value)
         for post in self._post:
             result = await post(ctx, result)
-        output_tokens = result_tokens(result)
+        output_tokens = tokens_for_chars(ctx.raw.chars) if ctx.raw is not None else result_tokens(result)
         ctx.actual_tokens = input_tokens + output_tokens
         previous = self._predicted_output.get(ctx.tool)
         self._predicted_output[ctx.tool] = (
@@ -431,6 +462,19 @@ class ToolExecutionEngine:
             with anyio.fail_after(deadline):
                 if ctx.invoke is not None:
                     return await ctx.invoke()
+                if ctx.raw_for is not None and self._call_raw is not None:
+                    answer = await self._call_raw(
+                        ctx.route.server,
+                        ctx.route.remote_name,
+                        ctx.arguments,
+                        progress=ctx.progress,
+                        caller=ctx.session_id,
+                        protocol_version=ctx.raw_for,
+                    )
+                    if isinstance(answer, RawResult):
+                        ctx.raw = answer
+                        return _STAND_IN[answer.is_error]
+                    return answer
                 return await self._call(
                     ctx.route.server, ctx.route.remote_name, ctx.arguments, progress=ctx.progress, caller=ctx.session_id
                 )
@@ -457,6 +501,8 @@ class ToolExecutionEngine:
                 f"Server '{route.server}' is not available ({reason}); tool '{ctx.tool}' was not called.",
                 server=route.server,
             )
+        if route.check is not None and route.check(ctx.arguments):
+            return route  # a compiled check vouched for them; jsonschema decides (and words) the rest
         errors = sorted(route.validator.iter_errors(ctx.arguments), key=lambda e: list(map(str, e.absolute_path)))
         if errors:
             raise InvalidArguments(ctx.tool, [_describe_schema_error(e) for e in errors])

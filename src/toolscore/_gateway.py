@@ -1,4 +1,8 @@
-"""Assembly: config -> hub of downstreams -> policy -> engine -> orchestrate -> front server."""
+"""Assembly: config -> hub of downstreams -> policy -> engine -> orchestrate -> front server.
+
+What only the HTTP front uses (`/metrics`, the console, their audit sinks) and the Redis-backed
+episode store are imported when they are asked for, so a stdio gateway does not load them.
+"""
 
 from __future__ import annotations
 
@@ -6,31 +10,32 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import mcp_types
 from mcp.server import Server
-from starlette.types import ASGIApp
 
 from toolscore._engine import EngineSettings, PostExecutionHook, PreExecutionHook, ToolExecutionEngine, WrapHook
 from toolscore.audit.sinks import AuditSink, JsonlAuditSink, NullAuditSink
-from toolscore.config import Config, state_dir
+from toolscore.config import Config, server_log_dir, state_dir
 from toolscore.downstream.connection import ServerState
 from toolscore.downstream.hub import DownstreamHub, open_hub
 from toolscore.front.callers import Callers
-from toolscore.front.console import ConsoleFeed, ConsoleSink, console_pages
-from toolscore.front.routes import metrics_page
 from toolscore.front.server import FrontServer, build_server, exposed_tools
 from toolscore.loop.tool import DELEGATE, Delegator
 from toolscore.plan.tool import ORCHESTRATE, Orchestrator
 from toolscore.policy import RedactingAuditSink, build_policy
 from toolscore.state import open_state
-from toolscore.state.episodes import SharedEpisodes
 from toolscore.telemetry import tracing
-from toolscore.telemetry.metrics import CallMetrics, MetricsSink, ServerGauge
 from toolscore.toolhub import ObservingSink, Scoreboard, ToolHub
 from toolscore.toolhub.catalog import OWN_TOOLS
+
+if TYPE_CHECKING:
+    from starlette.types import ASGIApp
+
+    from toolscore.front.console import ConsoleFeed
+    from toolscore.telemetry.metrics import CallMetrics
 
 __all__ = ["CONSOLE_CALLER", "Gateway", "audit_path", "http_pages", "open_gateway"]
 
@@ -66,6 +71,10 @@ def _audit_sink(config: Config) -> AuditSink:
 
 def http_pages(gateway: Gateway) -> dict[str, ASGIApp]:
     """The gateway's own pages beside `/mcp` on the HTTP front: `/metrics` and the console at `/ui`, when on."""
+    from toolscore.front.console import console_pages
+    from toolscore.front.routes import metrics_page
+    from toolscore.telemetry.metrics import ServerGauge
+
     pages: dict[str, ASGIApp] = {}
     metrics = gateway.metrics
     if metrics is not None:
@@ -147,15 +156,20 @@ async def open_gateway(
     scores = Scoreboard(half_life_seconds=config.settings.toolhub.half_life_seconds)
     sink = ObservingSink(sink, scores)
     if metrics is not None:
+        from toolscore.telemetry.metrics import MetricsSink
+
         sink = MetricsSink(sink, metrics)
     if console is not None:
+        from toolscore.front.console import ConsoleSink
+
         sink = ConsoleSink(sink, console)
-    logs = log_dir or Path(config.settings.log_dir or state_dir() / "logs")
+    logs = log_dir or server_log_dir(config)
     try:
         async with open_hub(config, log_dir=logs, memory_servers=memory_servers) as hub:
             engine = ToolExecutionEngine(
                 tools=hub,
                 call=hub.call,
+                call_raw=hub.call_raw,
                 audit=sink,
                 settings=EngineSettings.from_config(config),
                 # Constraint hooks (the policy's and the caller's) are behind the feature flag.
@@ -194,6 +208,8 @@ async def open_gateway(
                 records=records,
             )
             if records is not None:
+                from toolscore.state.episodes import SharedEpisodes
+
                 delegator.durable = SharedEpisodes(records, orchestrator.episodes)
             server = build_server(hub, engine, orchestrator, callers, toolhub=toolhub, delegator=delegator)
             if tracing.tracer is not None:  # an HTTP `traceparent` continues the caller's trace

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import anyio
 import mcp_types
 
-__all__ = ["LineSplitter", "Oversized", "message_id", "read_lines", "write_lines"]
+__all__ = ["LineSplitter", "LineWriter", "Oversized", "message_id", "read_lines", "write_lines"]
 
 _CHUNK = 1 << 16
 
@@ -99,16 +99,39 @@ async def read_lines(fd: int, limit: int) -> AsyncIterator[bytes | Oversized]:
             yield line
 
 
-async def write_lines(fd: int, lines: AsyncIterator[bytes]) -> None:
-    """Write each line to a non-blocking `fd`, waiting while it is full; stop if the reader is gone."""
+class LineWriter:
+    """Whole lines to a non-blocking `fd`, from any number of tasks, never interleaved.
+
+    A line the pipe cannot take at once is finished before the next one starts (the lock is only
+    contended then), so the SDK's writer and the gateway's own fast path share one pipe.
+    """
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+        self._lock = anyio.Lock(fast_acquire=True)  # no extra trip through the event loop when free
+        self.closed = False
+        """Set once the reader is gone (EPIPE): later lines are dropped."""
+
+    async def write(self, *parts: bytes) -> None:
+        """Write `parts` back to back as one line (the caller ends it with a newline)."""
+        async with self._lock:
+            for part in parts:
+                data = memoryview(part)
+                while data and not self.closed:
+                    try:
+                        written = os.write(self._fd, data)
+                    except BlockingIOError:
+                        await anyio.wait_writable(self._fd)
+                        continue
+                    except OSError:  # EPIPE: the other end closed; its reader's EOF ends the session
+                        self.closed = True
+                        return
+                    data = data[written:]
+
+
+async def write_lines(writer: LineWriter, lines: AsyncIterator[bytes]) -> None:
+    """Write each line with `writer`; stop once the reader is gone."""
     async for line in lines:
-        data = memoryview(line)
-        while data:
-            try:
-                written = os.write(fd, data)
-            except BlockingIOError:
-                await anyio.wait_writable(fd)
-                continue
-            except OSError:  # EPIPE: the other end closed; its reader's EOF ends the session
-                return
-            data = data[written:]
+        await writer.write(line)
+        if writer.closed:
+            return

@@ -43,6 +43,7 @@ __all__ = [
     "DEFAULT_SEPARATOR",
     "DEFAULT_SLOW_CALL_SECONDS",
     "DEFAULT_TIMEOUT",
+    "TOKEN_ENV",
     "ArgumentRules",
     "AuditConfig",
     "CapabilitySettings",
@@ -69,6 +70,7 @@ __all__ = [
     "default_config_path",
     "load_config",
     "parse_config",
+    "server_log_dir",
     "state_dir",
 ]
 
@@ -78,6 +80,8 @@ DEFAULT_CONNECT_TIMEOUT = 30.0
 """Seconds a server gets to spawn/connect and list its tools before it is marked down."""
 DEFAULT_SEPARATOR = "__"
 """Between the server prefix and the tool name: `files__read_file`."""
+TOKEN_ENV = "TOOLSCORE_TOKEN"
+"""The environment variable holding the HTTP front's bearer token (docs/security.md)."""
 DEFAULT_SLOW_CALL_SECONDS = 5.0
 """Calls slower than this are logged as slow."""
 DEFAULT_MAX_REQUEST_BYTES = 4 * 1024 * 1024
@@ -144,6 +148,8 @@ class PathRules(_Frozen):
     """
 
     roots: tuple[str, ...]
+    """Directories paths must resolve under; the entry `"client"` adds the calling client's own
+    roots (MCP roots, asked of it at each call)."""
     arguments: tuple[str, ...] = ()
     """More argument names (globs, case-insensitive) holding paths, at any depth."""
     tools: dict[str, tuple[str, ...]] = Field(default_factory=dict)
@@ -293,6 +299,12 @@ class ServerConfig(BaseModel):
     """A sampling request of this server during a client's request: forwarded to that client, refused
     (the server gets an error), or forwarded once the user agrees (elicitation; refused if the client
     cannot ask)."""
+    era: Literal["auto", "handshake"] | None = None
+    """`auto`: a 2026-07-28 client's calls go to the server in that era where it offers it, on a
+    second connection (a second process, for stdio) opened at the first such call; `handshake`:
+    every client's calls share the one handshake-era connection (docs/servers.md). Default: `auto`
+    for a server reached by URL, `handshake` for a stdio server, whose second process would hold a
+    state of its own."""
     backoff_reset_seconds: float = Field(default=10.0, gt=0)
     """Uptime after which a crash counts as a fresh failure: the restart delay (0.5 s, doubling to
     10 s while the server keeps failing) starts over at 0.5 s."""
@@ -732,3 +744,8 @@ def default_config_path(cwd: Path | None = None) -> Path:
 def state_dir() -> Path:
     """Where logs and the audit file go by default (`$XDG_STATE_HOME/toolscore`)."""
     return _user_dir("XDG_STATE_HOME", ".local/state") / "toolscore"
+
+
+def server_log_dir(config: Config) -> Path:
+    """Where each stdio server's stderr log goes: `toolscore.log_dir`, else `<state dir>/logs`."""
+    return Path(config.settings.log_dir or state_dir() / "logs")

@@ -6,9 +6,10 @@ from typing import Any, Protocol
 
 import mcp_types
 
+from toolscore.downstream.raw import RawResult
 from toolscore.downstream.registry import Registry
 
-__all__ = ["Arguments", "CallDownstream", "ProgressFn", "ToolSource"]
+__all__ = ["Arguments", "CallDownstream", "CallDownstreamRaw", "ProgressFn", "ToolSource"]
 
 Arguments = dict[str, Any]
 """A tool call's arguments: always a JSON object."""
@@ -29,6 +30,21 @@ class CallDownstream(Protocol):
     async def __call__(
         self, server: str, tool: str, arguments: Arguments, *, progress: ProgressFn | None, caller: str | None
     ) -> mcp_types.CallToolResult: ...
+
+
+class CallDownstreamRaw(Protocol):
+    """`CallDownstream`, answering with the server's result bytes where the connection allows."""
+
+    async def __call__(
+        self,
+        server: str,
+        tool: str,
+        arguments: Arguments,
+        *,
+        progress: ProgressFn | None,
+        caller: str | None,
+        protocol_version: str,
+    ) -> RawResult | mcp_types.CallToolResult: ...
 
 
 class ToolSource(Protocol):

@@ -22,8 +22,11 @@ def alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    with open(f"/proc/{pid}/stat") as fh:
-        return fh.read().split(")")[-1].split()[0] != "Z"  # a zombie is as good as gone
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(")")[-1].split()[0] != "Z"  # a zombie is as good as gone
+    except (FileNotFoundError, ProcessLookupError):  # reaped between the two looks
+        return False
 
 
 async def pid_of(client: Client, tool: str = "fx__pid") -> int:

@@ -25,10 +25,8 @@ browser, a sandbox), and all of it dies with the gateway, even when the gateway 
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager, suppress
@@ -41,17 +39,17 @@ import structlog
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.shared.message import SessionMessage
 
-from toolscore._lines import Oversized, message_id, read_lines, write_lines
+from toolscore._lines import LineWriter, Oversized, message_id, read_lines, write_lines
+from toolscore.downstream.raw import RawChannel
+from toolscore.downstream.spawn import DEFAULT_ENV_KEYS as DEFAULT_ENV_KEYS
+from toolscore.downstream.spawn import USE_REAPER as _USE_REAPER
+from toolscore.downstream.spawn import start as _start
 
 __all__ = ["DEFAULT_ENV_KEYS", "ChildProcess", "spawn_stdio"]
 
 log = structlog.get_logger("toolscore.child")
 
-DEFAULT_ENV_KEYS = ("HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER")
-"""What a child inherits from the gateway's environment (as the SDK does); `env` adds to it."""
 _GRACE = 2.0
-_REAPER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_reaper.py")
-_USE_REAPER = sys.platform == "linux" and os.path.isdir("/proc/self/task")
 
 
 class ChildProcess:
@@ -61,6 +59,8 @@ class ChildProcess:
         self.pid = popen.pid
         self._popen = popen
         self._reaper = reaper
+        self.raw: RawChannel | None = None
+        """The gateway's own `tools/call` requests on this child's pipes (`downstream.raw`)."""
 
     @property
     def returncode(self) -> int | None:
@@ -130,7 +130,14 @@ def _parse(line: bytes, server: str) -> SessionMessage | None:
     return None
 
 
-async def _read(fd: int, sink: MemoryObjectSendStream[SessionMessage | Exception], *, limit: int, server: str) -> None:
+async def _read(
+    fd: int,
+    sink: MemoryObjectSendStream[SessionMessage | Exception],
+    *,
+    limit: int,
+    server: str,
+    raw: RawChannel,
+) -> None:
     delivering = True  # once the session stops listening, output is read and dropped
 
     async def deliver(message: SessionMessage | None) -> None:
@@ -143,45 +150,29 @@ async def _read(fd: int, sink: MemoryObjectSendStream[SessionMessage | Exception
             delivering = False  # keep draining, so a child flushing output can still exit
 
     async with sink:
-        async for line in read_lines(fd, limit):  # until EOF: the server exited or closed stdout
-            if isinstance(line, Oversized):
-                log.warning("server message over the size limit; skipped", server=server, limit=limit)
-                await deliver(_response_error(line.head, limit))
-            elif line.strip() and delivering:
-                await deliver(_parse(line.strip(), server))
+        try:
+            async for line in read_lines(fd, limit):  # until EOF: the server exited or closed stdout
+                if isinstance(line, Oversized):
+                    log.warning("server message over the size limit; skipped", server=server, limit=limit)
+                    answer = _response_error(line.head, limit)
+                    if answer is not None:
+                        error = answer.message
+                        assert isinstance(error, mcp_types.JSONRPCError)
+                        if raw.fail(error.id, error.error):
+                            continue
+                    await deliver(answer)
+                elif raw.claims(line) and await raw.deliver(line):
+                    continue  # the answer to the gateway's own call: the SDK never parses it
+                elif line.strip() and delivering:
+                    await deliver(_parse(line.strip(), server))
+        finally:
+            raw.close()
 
 
-async def _write(fd: int, source: MemoryObjectReceiveStream[SessionMessage]) -> None:
+async def _write(writer: LineWriter, source: MemoryObjectReceiveStream[SessionMessage]) -> None:
     async with source:
         encoded = ((m.message.model_dump_json(by_alias=True, exclude_unset=True) + "\n").encode() async for m in source)
-        await write_lines(fd, encoded)
-
-
-def _start(
-    command: str, args: Sequence[str], env: Mapping[str, str] | None, cwd: str | None, errlog: IO[str] | None
-) -> subprocess.Popen[bytes]:
-    """fork/exec, synchronously: it takes a millisecond and happens once per connection."""
-    environment = {k: os.environ[k] for k in DEFAULT_ENV_KEYS if k in os.environ} | dict(env or {})
-    argv = [command, *args]
-    # Under the reaper a missing command would only show as an exit status: say it here.
-    if "/" in command:
-        path = command if os.path.isabs(command) else os.path.join(cwd or ".", command)
-        found: str | None = path if os.access(path, os.X_OK) and os.path.isfile(path) else None
-    else:
-        found = shutil.which(command, path=environment.get("PATH"))
-    if found is None:
-        raise FileNotFoundError(2, "command not found", command)
-    if _USE_REAPER:
-        argv = [sys.executable, "-I", "-S", _REAPER, str(os.getpid()), "--", *argv]
-    return subprocess.Popen(
-        argv,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=errlog if errlog is not None else None,
-        env=environment,
-        cwd=cwd,
-        start_new_session=True,
-    )
+        await write_lines(writer, encoded)
 
 
 @asynccontextmanager
@@ -218,6 +209,8 @@ async def spawn_stdio(
     stdin_fd, stdout_fd = popen.stdin.fileno(), popen.stdout.fileno()
     os.set_blocking(stdin_fd, False)
     os.set_blocking(stdout_fd, False)
+    lines_in = LineWriter(stdin_fd)
+    child.raw = raw = RawChannel(lines_in, server)
     read_send, read_recv = anyio.create_memory_object_stream[SessionMessage | Exception](0)
     write_send, write_recv = anyio.create_memory_object_stream[SessionMessage](0)
     try:
@@ -226,11 +219,11 @@ async def spawn_stdio(
 
             async def read() -> None:
                 with reader:
-                    await _read(stdout_fd, read_send, limit=max_message_bytes, server=server)
+                    await _read(stdout_fd, read_send, limit=max_message_bytes, server=server, raw=raw)
 
             async def write() -> None:
                 with writer:
-                    await _write(stdin_fd, write_recv)
+                    await _write(lines_in, write_recv)
 
             tg.start_soon(read)
             tg.start_soon(write)
@@ -239,6 +232,8 @@ async def spawn_stdio(
             finally:
                 with anyio.CancelScope(shield=True):
                     read_recv.close()  # the reader now drains instead of delivering
+                    raw.close()
+                    lines_in.closed = True  # no write may reach the descriptor once it is closed
                     writer.cancel()  # before its descriptor is closed under it
                     await anyio.lowlevel.checkpoint()
                     popen.stdin.close()  # EOF: the polite request to exit

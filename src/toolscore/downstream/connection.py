@@ -15,28 +15,33 @@ supervisor: one failing server never breaks the others or the gateway.
 
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from enum import StrEnum
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 
 import anyio
+import anyio.abc
 import httpx2
 import mcp_types
 import structlog
 from mcp import Client, MCPError
 from mcp.client.session import ClientSession, IncomingMessage
 from mcp.shared.message import SessionMessage
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel, Field, ValidationError
 
-from toolscore._sdk import ReadStream, WriteStream, send_raw_request
+from toolscore._sdk import ReadStream, WriteStream, send_as_client, send_raw_request, send_session_raw_request
 from toolscore._version import __version__
 from toolscore.config import ServerConfig
 from toolscore.downstream.breaker import Breaker
 from toolscore.downstream.catalog import ServerLists
+from toolscore.downstream.modern import ModernLink, RelayedError, RelayedInputRequired, front_call
+from toolscore.downstream.raw import RawResult
 from toolscore.downstream.relay import Peer, calling_peer, no_peer_error
 from toolscore.downstream.transports import Transport
 from toolscore.errors import DownstreamProtocolError, DownstreamUnavailable
@@ -56,6 +61,10 @@ _LIST_CHANGES = (
     mcp_types.ResourceListChangedNotification,
     mcp_types.PromptListChangedNotification,
 )
+_RELAYED_METHODS = frozenset({"prompts/get"})
+"""Requests other than `tools/call` that a 2026-07-28 client's input-required rounds may answer."""
+_ResultT = TypeVar("_ResultT", bound=BaseModel)
+Streams = tuple[ReadStream[SessionMessage | Exception], WriteStream[SessionMessage]]
 ResourceUpdatedFn = Callable[[str, str], Awaitable[None]]
 """Told (server, the server's own URI) when a subscribed resource changes."""
 
@@ -199,6 +208,11 @@ class Downstream:
         """The level last asked of the server with `logging/setLevel`; renewed on reconnection."""
         self.on_resource_updated: ResourceUpdatedFn | None = None
         self._peers: list[Peer] = []
+        self._modern: ModernLink | None = None
+        """The 2026-07-28 connection for 2026-07-28 clients (`toolscore.downstream.modern`), per connection."""
+        self._task_group: anyio.abc.TaskGroup | None = None
+        self._roots_peer: Peer | None = None
+        """The client that announced a roots change, for the server's next `roots/list` (one answer)."""
 
     # -- status ---------------------------------------------------------------------------------
 
@@ -276,11 +290,127 @@ class Downstream:
             DownstreamUnavailable: not connected, or the connection broke during the call.
             DownstreamProtocolError: the server answered with a JSON-RPC error or a bad result.
         """
+        what = f"the call to '{tool}'"
+        raw = await self._relay("tools/call", {"name": tool, "arguments": arguments}, what, progress)
+        if raw is not None:
+            return self._without_stamp(self._parse(raw, mcp_types.CallToolResult, what))
+        channel = self.transport.raw
+        if channel is not None:  # stdio: the gateway's own request line, one decoding of the answer
+            async with self._call_exchange(tool):
+                answer = await channel.call(tool, arguments, progress=progress)
+            return self._without_stamp(answer.model() if isinstance(answer, RawResult) else answer)
         request = mcp_types.CallToolRequest(params=mcp_types.CallToolRequestParams(name=tool, arguments=arguments))
+        async with self._call_exchange(tool) as session:
+            result = await session.send_request(request, mcp_types.CallToolResult, progress_callback=progress)
+        return self._without_stamp(result)
+
+    @property
+    def modern_version(self) -> str | None:
+        """The version of the 2026-07-28 connection, while open (`toolscore.downstream.modern`)."""
+        return self._modern.version if self._modern is not None else None
+
+    def era_for(self, front_version: str | None) -> str | None:
+        """The protocol version a call for a client speaking `front_version` goes out in (None: not connected).
+
+        A 2026-07-28 client's passthrough call goes out in that era where the server offers it
+        (known after its first such call); every other call in the main connection's era.
+        """
+        modern = self.modern_version
+        if modern is not None and front_version in MODERN_PROTOCOL_VERSIONS:
+            return modern
+        return self.protocol_version
+
+    async def _relay(
+        self, method: str, params: dict[str, Any], what: str, progress: ProgressFn | None = None
+    ) -> dict[str, Any] | None:
+        """Send a 2026-07-28 client's request on the 2026-07-28 connection, and return the raw result.
+
+        None where it does not go that way: not such a request (`front_call` unset), the server is
+        kept to the handshake era, or it does not offer the 2026-07-28 era.
+
+        Raises:
+            RelayedError: the server's JSON-RPC error, for the client as it is.
+            DownstreamUnavailable: not connected, or the connection broke during the request.
+        """
+        front = front_call.get()
+        link, task_group = self._modern, self._task_group
+        if front is None or link is None or task_group is None:
+            return None
+        client = await link.client(task_group)
+        if client is None:
+            return None
+        async with self._exchange(what):  # availability, breaker, and the peer for log messages
+            try:
+                return await send_as_client(
+                    client,
+                    method,
+                    front.params(params),
+                    capabilities=front.capabilities,
+                    log_level=front.log_level,
+                    progress=progress,
+                )
+            except MCPError as exc:
+                if exc.code != mcp_types.CONNECTION_CLOSED:
+                    raise RelayedError(
+                        f"Server '{self.name}' answered {what} with an error: {exc.message} (code {exc.code}).",
+                        server=self.name,
+                        error=exc.error,
+                    ) from None
+                link.lost(client)
+            except (httpx2.TransportError, *_LOST_ERRORS):
+                link.lost(client)
+        raise DownstreamUnavailable(
+            f"Server '{self.name}' closed its 2026-07-28 connection during {what}; the call may or may not "
+            "have taken effect.",
+            server=self.name,
+        )
+
+    def _parse(self, raw: dict[str, Any], result_type: type[_ResultT], what: str) -> _ResultT:
+        """A relayed request's result: an input-required result is raised for the front to pass on."""
+        meta = raw.get("_meta")
+        if isinstance(meta, dict) and mcp_types.SERVER_INFO_META_KEY in meta:
+            # The server's identity stamp: passed on, it would stand for the gateway's own.
+            raw = {**raw, "_meta": {k: v for k, v in meta.items() if k != mcp_types.SERVER_INFO_META_KEY} or None}
+            if raw["_meta"] is None:
+                del raw["_meta"]
+        try:
+            if raw.get("resultType") == "input_required":
+                raise RelayedInputRequired(mcp_types.InputRequiredResult.model_validate(raw, by_name=False))
+            return result_type.model_validate(raw, by_name=False)
+        except ValidationError:
+            raise DownstreamProtocolError(
+                f"Server '{self.name}' sent a malformed result for {what}.", server=self.name
+            ) from None
+
+    async def call_raw(
+        self, tool: str, arguments: Arguments, *, progress: ProgressFn | None, protocol_version: str
+    ) -> RawResult | mcp_types.CallToolResult:
+        """`call`, answered with the result's bytes as the server wrote them where that is exact.
+
+        That is over a stdio connection that negotiated `protocol_version` (the front client's):
+        the bytes then mean the same on both sides. Otherwise, and for whatever the fast reading
+        cannot vouch for (`toolscore.downstream.raw`), the result is the SDK's model, as `call` gives.
+        """
+        channel = self.transport.raw
+        if channel is None or self.protocol_version != protocol_version:
+            return await self.call(tool, arguments, progress=progress)
+        async with self._call_exchange(tool):
+            answer = await channel.call(tool, arguments, progress=progress)
+        return answer if isinstance(answer, RawResult) else self._without_stamp(answer)
+
+    @property
+    def protocol_version(self) -> str | None:
+        """The version negotiated on the current connection (None while not connected)."""
+        client = self._client
+        return None if client is None else client.protocol_version
+
+    @asynccontextmanager
+    async def _call_exchange(self, tool: str) -> AsyncIterator[ClientSession]:
+        """`_exchange` for `tools/call`: the server's JSON-RPC errors become `DownstreamProtocolError`."""
         note = " The call may or may not have taken effect."
         async with self._exchange(f"the call to '{tool}'", closed_note=note) as session:
             try:
-                result = await session.send_request(request, mcp_types.CallToolResult, progress_callback=progress)
+                yield session
             except MCPError as exc:
                 if exc.code == mcp_types.CONNECTION_CLOSED:
                     raise  # `_exchange` says the server is being restarted
@@ -290,6 +420,9 @@ class Downstream:
                     server=self.name,
                     error=exc.error,
                 ) from None
+
+    @staticmethod
+    def _without_stamp(result: mcp_types.CallToolResult) -> mcp_types.CallToolResult:
         if result.meta and mcp_types.SERVER_INFO_META_KEY in result.meta:
             # A 2026-era downstream stamps its identity here; passed on, it would override ours.
             meta = {k: v for k, v in result.meta.items() if k != mcp_types.SERVER_INFO_META_KEY}
@@ -311,8 +444,41 @@ class Downstream:
             MCPError: the server answered with an error.
             DownstreamProtocolError: the server sent a malformed result.
         """
+        if request.method in _RELAYED_METHODS:
+            params = request.params.model_dump(by_alias=True, mode="json", exclude_none=True)
+            try:
+                raw = await self._relay(request.method, params, what)
+            except RelayedError as exc:
+                raise MCPError.from_error_data(exc.error) from None
+            if raw is not None:
+                try:
+                    return self._parse(raw, result_type, what)
+                except RelayedInputRequired as asked:
+                    return asked.result
         async with self._exchange(what, gated=gated) as session:
             return await session.send_request(request, result_type)
+
+    async def request_raw(self, method: str, params: dict[str, Any] | None, what: str) -> dict[str, Any]:
+        """Send a request whose result the SDK has no model for (a task-augmented call, `tasks/*`),
+        and return the raw result; raises what `request` raises."""
+        async with self._exchange(what) as session:
+            return await send_session_raw_request(session, method, params)
+
+    async def roots_changed(self, peer: Peer, window: float) -> None:
+        """Tell the server the client of `peer` changed its roots; a `roots/list` the server sends
+        back within `window` seconds goes to that client (outside any call of it)."""
+        client = self._client
+        if client is None:
+            return
+        self._roots_peer = peer
+        try:
+            await client.session.send_notification(mcp_types.RootsListChangedNotification())
+            await anyio.sleep(window)
+        except (MCPError, httpx2.TransportError, *_LOST_ERRORS) as exc:
+            log.debug("roots/list_changed not delivered", server=self.label, error=_describe(exc))
+        finally:
+            if self._roots_peer is peer:
+                self._roots_peer = None
 
     async def ping(self) -> str | None:
         """A health check: None if the server answered within `ping_timeout` (or is not connected;
@@ -410,10 +576,13 @@ class Downstream:
                         # Setting these is what declares sampling and elicitation to the server.
                         sampling_callback=self._on_sampling,
                         elicitation_callback=self._on_elicitation,
+                        list_roots_callback=self._on_list_roots,  # declares roots (docs/conformance.md)
                         logging_callback=self._on_log,
                     )
                 )
                 self.capabilities = client.server_capabilities
+                if (channel := self.transport.raw) is not None:
+                    channel.on_log = self._on_log  # in line order with the answers it reads itself
                 self.tools = await self._list_tools(client)
                 self.lists = await self._list_others(client)
                 await self._renew(client)
@@ -450,18 +619,37 @@ class Downstream:
                 tg.cancel_scope.cancel()
 
             tg.start_soon(watch)
-            while True:
-                await self._relist.wait()
-                self._relist = anyio.Event()
-                try:
-                    self.tools = await self._list_tools(client)
-                    self.lists = await self._list_others(client)
-                except MCPError as exc:
-                    log.warning("re-listing tools failed", server=self.name, error=_describe(exc))
-                    continue
-                await self._on_tools_changed()
+            self._task_group = tg  # the 2026-07-28 connection, if opened, lives and ends with this one
+            # One process holds one state: a stdio server gets a second only when its entry asks.
+            era = self.config.era or ("handshake" if self.transport.kind == "stdio" else "auto")
+            if era != "handshake" and self.transport.kind != "sse":
+                self._modern = ModernLink(
+                    self.label,
+                    self._connect_another,
+                    timeout=self._connect_timeout,
+                    on_log=self._on_log,
+                    on_lists_changed=lambda: self._relist.set(),  # the event is replaced after each re-listing
+                )
+            try:
+                while True:
+                    await self._relist.wait()
+                    self._relist = anyio.Event()
+                    try:
+                        self.tools = await self._list_tools(client)
+                        self.lists = await self._list_others(client)
+                    except MCPError as exc:
+                        log.warning("re-listing tools failed", server=self.name, error=_describe(exc))
+                        continue
+                    await self._on_tools_changed()
+            finally:
+                self._task_group = self._modern = None
         if lost.is_set() and self.error is None:
             self.error = "connection closed"
+
+    def _connect_another(self, lost: anyio.Event) -> AbstractAsyncContextManager[Streams]:
+        """A second connection to the server (a second process, for stdio), alongside the main one."""
+        # A transport opens one connection at a time; a copy of it opens another, its own.
+        return _watched(copy.copy(self.transport).connect(), lost)
 
     async def _on_message(self, message: IncomingMessage) -> None:
         if isinstance(message, _LIST_CHANGES):
@@ -512,6 +700,12 @@ class Downstream:
     ) -> mcp_types.ElicitResult | mcp_types.ErrorData:
         peer = self._peer()
         return no_peer_error(self.name, "an elicitation") if peer is None else await peer.elicit(self.name, params)
+
+    async def _on_list_roots(self, context: Any) -> mcp_types.ListRootsResult | mcp_types.ErrorData:
+        # Last, the peer of the request this connection was opened in: a per-client instance is
+        # started by its client's first call, and a server may ask for roots as it starts.
+        peer, self._roots_peer = self._roots_peer or self._peer() or calling_peer.get(), None
+        return no_peer_error(self.name, "a roots request") if peer is None else await peer.list_roots(self.name)
 
     async def _on_log(self, params: mcp_types.LoggingMessageNotificationParams) -> None:
         peer = self._peer()

@@ -26,7 +26,10 @@ from toolscore.config import Config, ServerConfig
 from toolscore.downstream.breaker import Verdict
 from toolscore.downstream.catalog import Catalog, build_catalog
 from toolscore.downstream.connection import Downstream, ServerState, ServerStatus
+from toolscore.downstream.raw import RawResult
 from toolscore.downstream.registry import Registry, build_registry
+from toolscore.downstream.relay import Peer
+from toolscore.downstream.tasks import call_tool, runs_as_task
 from toolscore.downstream.transports import MemoryTransport, Transport, transport_for
 from toolscore.errors import DownstreamUnavailable, UsageError
 from toolscore.types import Arguments, ProgressFn
@@ -175,6 +178,34 @@ class DownstreamHub:
             instance.calls -= 1
             instance.used = time.monotonic()
 
+    async def request_raw(
+        self, server: str, method: str, params: dict[str, Any] | None, what: str, *, caller: str | None
+    ) -> dict[str, Any]:
+        """`request` for a result the SDK has no model of (`Downstream.request_raw`)."""
+        async with self._serving(server, caller) as downstream:
+            return await downstream.request_raw(method, params, what)
+
+    def roots_changed(self, caller: str, peer: Peer, window: float) -> None:
+        """`caller` changed its roots: tell the shared servers and its own instances, in the background.
+
+        A `roots/list` they send back within `window` seconds goes to `peer`, detached after.
+        """
+        targets = [d for d in self.downstreams.values() if d.config.isolation != "session"]
+        targets += [i.downstream for (_, owner), i in self._instances.items() if owner == caller]
+        if self._task_group is None or not targets:
+            peer.detach()
+            return
+
+        async def tell() -> None:
+            try:
+                async with anyio.create_task_group() as tg:
+                    for downstream in targets:
+                        tg.start_soon(downstream.roots_changed, peer, window)
+            finally:
+                peer.detach()
+
+        self._task_group.start_soon(tell, name="downstream:roots-changed")
+
     def add_listener(self, listener: ToolsChangedListener) -> None:
         """Call `listener` whenever the set of exposed tools changes."""
         self._listeners.append(listener)
@@ -206,15 +237,38 @@ class DownstreamHub:
         caller: str | None = None,
     ) -> mcp_types.CallToolResult:
         """Call `tool` on `server` (the downstream's own tool name), on `caller`'s instance if isolated."""
+        async with self._serving(server, caller) as downstream:
+            return await call_tool(downstream, tool, arguments, progress=progress)  # a task if it must be
+
+    async def call_raw(
+        self,
+        server: str,
+        tool: str,
+        arguments: Arguments,
+        *,
+        progress: ProgressFn | None,
+        caller: str | None = None,
+        protocol_version: str,
+    ) -> RawResult | mcp_types.CallToolResult:
+        """`call`, with the result as the server's bytes where the connection allows (`Downstream.call_raw`)."""
+        async with self._serving(server, caller) as downstream:
+            if runs_as_task(downstream, tool):
+                return await call_tool(downstream, tool, arguments, progress=progress)
+            return await downstream.call_raw(tool, arguments, progress=progress, protocol_version=protocol_version)
+
+    @asynccontextmanager
+    async def _serving(self, server: str, caller: str | None) -> AsyncIterator[Downstream]:
+        """The connection a call of `caller` to `server` goes to: the shared one, or the caller's instance."""
         downstream = self.downstreams.get(server)
         if downstream is None:
             raise DownstreamUnavailable(f"Server '{server}' is not configured.", server=server)
         if downstream.config.isolation != "session":
-            return await downstream.call(tool, arguments, progress=progress)
+            yield downstream
+            return
         instance = await self._instance(downstream.config, caller or "anonymous")
         instance.calls += 1
         try:
-            return await instance.downstream.call(tool, arguments, progress=progress)
+            yield instance.downstream
         finally:
             instance.calls -= 1
             instance.used = time.monotonic()

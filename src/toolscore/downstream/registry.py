@@ -21,6 +21,7 @@ from pydantic import ValidationError
 from toolscore._glob import matches
 from toolscore._naming import public_name
 from toolscore.config import Config
+from toolscore.downstream.schema_check import Check, compile_check
 
 __all__ = ["Registry", "Route", "build_registry"]
 
@@ -46,6 +47,8 @@ class Route:
     """The name after `rename`, before the server prefix."""
     path_keys: frozenset[str] = frozenset()
     """Property names the inputSchema marks as paths (`format`), at any depth."""
+    check: Check | None = field(default=None, repr=False, compare=False)
+    """A fast yes-only check of arguments for common schema shapes (`schema_check`); None: jsonschema only."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,6 +188,7 @@ def build_registry(
                 canonical=f"{server}{separator}{tool.name}",
                 local_name=exposed,
                 path_keys=frozenset(_path_keys(tool.input_schema)),
+                check=compile_check(tool.input_schema),
             )
     by_remote = {(r.server, r.remote_name): r for r in routes.values()}
     return Registry(routes=routes, problems=tuple(problems), servers=tuple(up), by_remote=by_remote, down=resting)

@@ -27,6 +27,8 @@ from mcp.shared.message import SessionMessage
 from toolscore._sdk import ReadStream, WriteStream
 from toolscore.config import ServerConfig
 from toolscore.downstream.child import ChildProcess, spawn_stdio
+from toolscore.downstream.raw import RawChannel
+from toolscore.downstream.spawn import open_errlog, take_errlog
 
 __all__ = [
     "HttpTransport",
@@ -60,6 +62,11 @@ class Transport(Protocol):
         """The process of the current connection's server, if the gateway started one."""
         ...
 
+    @property
+    def raw(self) -> RawChannel | None:
+        """The current connection's channel for the gateway's own `tools/call` (stdio only)."""
+        ...
+
     def close(self) -> None:
         """Release what outlives connections (log files); the transport is not used after."""
         ...
@@ -81,8 +88,14 @@ class StdioTransport:
         self._max_message_bytes = max_message_bytes
         self._label = label
         self._child: ChildProcess | None = None
-        self._errlog = _open_errlog(log_dir, config.name)
         self._exit: str | None = None
+        self._errlog: IO[str] | None
+        self._early_log_start: int | None = None
+        # Started before the gateway's imports (`spawn.start_early`): its log is already open.
+        if (early := take_errlog(config)) is not None:
+            self._errlog, self._early_log_start = early
+        else:
+            self._errlog = open_errlog(log_dir, config.name)
 
     @asynccontextmanager
     async def connect(self) -> AsyncIterator[Streams]:
@@ -90,7 +103,8 @@ class StdioTransport:
         assert cfg.command is not None
         started: list[ChildProcess] = []
         self._exit = None
-        log_start = _size(self._errlog)
+        log_start = self._early_log_start if self._early_log_start is not None else _size(self._errlog)
+        self._early_log_start = None
         try:
             async with spawn_stdio(
                 cfg.command,
@@ -117,6 +131,10 @@ class StdioTransport:
     def pid(self) -> int | None:
         return self._child.pid if self._child is not None else None
 
+    @property
+    def raw(self) -> RawChannel | None:
+        return self._child.raw if self._child is not None else None
+
     def close(self) -> None:
         if self._errlog is not None:
             self._errlog.close()
@@ -130,6 +148,7 @@ class HttpTransport:
 
     kind = "http"
     pid = None
+    raw = None
 
     def __init__(self, url: str, headers: dict[str, str] | None = None) -> None:
         self._url = url
@@ -157,6 +176,7 @@ class SseTransport:
 
     kind = "sse"
     pid = None
+    raw = None
 
     def __init__(self, url: str, headers: dict[str, str] | None = None) -> None:
         self._url = url
@@ -185,6 +205,7 @@ class MemoryTransport:
 
     kind = "memory"
     pid = None
+    raw = None
 
     def __init__(self, server: Server[Any]) -> None:
         self._server = server
@@ -228,16 +249,6 @@ def transport_for(config: ServerConfig, *, log_dir: Path | None, max_message_byt
     if config.transport == "sse":
         return SseTransport(config.url, config.headers)
     return HttpTransport(config.url, config.headers)
-
-
-def _open_errlog(log_dir: Path | None, name: str) -> IO[str] | None:
-    if log_dir is None:
-        return None
-    log_dir.mkdir(parents=True, exist_ok=True)
-    # Line-buffered append: the child writes to the file descriptor directly.
-    fh = open(log_dir / f"{name}.log", "a", buffering=1, encoding="utf-8")  # noqa: SIM115 - closed by close()
-    fh.write(f"--- toolscore: starting '{name}' (pid {os.getpid()}) ---\n")
-    return fh
 
 
 _TAIL_LINES = 5

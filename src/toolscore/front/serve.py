@@ -1,4 +1,8 @@
-"""Running the front server: on stdin/stdout for one client, or on streamable HTTP for many."""
+"""Running the front server: on stdin/stdout for one client, or on streamable HTTP for many.
+
+The HTTP front's modules (uvicorn, the guard, the console's paths) are imported by `serve_http`
+only: a stdio gateway does not load them.
+"""
 
 from __future__ import annotations
 
@@ -8,19 +12,20 @@ import socket
 import sys
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING
 
 import anyio
 import structlog
-import uvicorn
 from mcp.server.stdio import stdio_server
-from starlette.types import ASGIApp
 
-from toolscore.front.console import PUBLIC_PATHS
-from toolscore.front.events import BoundedEventStore
-from toolscore.front.http import HttpExposure, HttpGuard
-from toolscore.front.routes import PathRoutes
 from toolscore.front.server import FrontServer
 from toolscore.front.stdio import pollable, stdio_transport
+
+if TYPE_CHECKING:
+    import uvicorn
+    from starlette.types import ASGIApp
+
+    from toolscore.front.http import HttpExposure
 
 __all__ = ["listen_sockets", "serve_http", "serve_stdio"]
 
@@ -49,7 +54,9 @@ async def _stop_on_signals(stop: Callable[[], None]) -> AsyncIterator[None]:
 async def serve_stdio(server: FrontServer, *, max_request_bytes: int) -> None:
     """Serve one client on stdin/stdout until stdin closes or SIGTERM/SIGINT arrives."""
     # stdin redirected from a regular file cannot be polled: the SDK's threaded transport then.
-    transport = stdio_transport(max_request_bytes=max_request_bytes) if pollable(0) else stdio_server()
+    transport = (
+        stdio_transport(max_request_bytes=max_request_bytes, fast=server.fast) if pollable(0) else stdio_server()
+    )
     with anyio.CancelScope() as scope:
         async with _stop_on_signals(scope.cancel), transport as (read, write):
             await server.run(read, write, server.create_initialization_options())
@@ -83,16 +90,20 @@ def listen_sockets(host: str, port: int) -> list[socket.socket]:
     return sockets
 
 
-class _UvicornServer(uvicorn.Server):
+def _uvicorn_server(config: uvicorn.Config) -> uvicorn.Server:
     """uvicorn without its own signal handling.
 
     uvicorn re-raises a captured SIGTERM after its shutdown, which would kill the process before
     the gateway closes its downstream servers; toolscore handles the signals itself.
     """
+    import uvicorn
 
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield
+    class _UvicornServer(uvicorn.Server):
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            yield
+
+    return _UvicornServer(config)
 
 
 async def serve_http(
@@ -119,6 +130,13 @@ async def serve_http(
             Without them uvicorn binds, and a port in use ends the process from inside uvicorn.
         pages: The gateway's own pages beside `/mcp` by exact path (`/metrics`), behind the same guard.
     """
+    import uvicorn
+
+    from toolscore.front.console import PUBLIC_PATHS
+    from toolscore.front.events import BoundedEventStore
+    from toolscore.front.http import HttpGuard
+    from toolscore.front.routes import PathRoutes
+
     app = server.streamable_http_app(
         host=host,
         transport_security=exposure.security,
@@ -142,7 +160,7 @@ async def serve_http(
         ssl_certfile=exposure.tls_cert,
         ssl_keyfile=exposure.tls_key,
     )
-    uvicorn_server = _UvicornServer(config)
+    uvicorn_server = _uvicorn_server(config)
 
     def stop() -> None:
         uvicorn_server.should_exit = True

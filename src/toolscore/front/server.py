@@ -8,7 +8,7 @@ and answered with a generic tool error, never a JSON-RPC error or a traceback.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import mcp_types
 import structlog
@@ -19,18 +19,21 @@ from mcp.server.session import ServerSession
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
 from mcp.shared.message import ServerMessageMetadata
 
-from toolscore._engine import ConfirmFn, ToolExecutionEngine, error_result
+from toolscore._engine import CallOutcome, ConfirmFn, ToolExecutionEngine, error_result
 from toolscore._json import scrub_unpaired_surrogates
 from toolscore._sdk import connection_of
 from toolscore._version import __version__
 from toolscore.downstream.hub import DownstreamHub
+from toolscore.downstream.modern import RelayedError, RelayedInputRequired
 from toolscore.downstream.relay import calling_peer
 from toolscore.errors import DownstreamProtocolError, InputRequired, Rejected
 from toolscore.front.callers import Callers
 from toolscore.front.catalog import install_catalog
 from toolscore.front.confirm import Sealer, confirmer
-from toolscore.front.forward import FrontPeer, LogLevels, install_logging
-from toolscore.loop.models import SendRequest
+from toolscore.front.fast import FastCalls
+from toolscore.front.forward import FrontPeer, LogLevels, install_logging, install_roots
+from toolscore.front.relaying import relayed
+from toolscore.front.tasks import install_tasks, tasks_capability
 from toolscore.loop.tool import DELEGATE, Delegator
 from toolscore.plan.tool import ORCHESTRATE, Orchestrator
 from toolscore.telemetry import tracing
@@ -42,6 +45,9 @@ from toolscore.toolhub.catalog import (
     search_tools_tool,
 )
 from toolscore.types import ProgressFn
+
+if TYPE_CHECKING:
+    from toolscore.loop.models import SendRequest
 
 __all__ = ["FrontServer", "build_server", "exposed_tools"]
 
@@ -63,6 +69,8 @@ class FrontServer(Server[Any]):
 
     available: Callable[[str], bool] | None = None
     """Whether some connected downstream declared a capability (`DownstreamHub.capable`)."""
+    fast: FastCalls | None = None
+    """The hot path for passthrough `tools/call`, taken by the stdio transport (`front.fast`)."""
 
     def get_capabilities(
         self,
@@ -87,6 +95,8 @@ class FrontServer(Server[Any]):
         }
         if caps.resources is not None and "resources" not in update and not has("subscribe"):
             update["resources"] = caps.resources.model_copy(update={"subscribe": False})
+        if has("tasks"):  # relayed to the servers that run them (toolscore.front.tasks)
+            update["tasks"] = tasks_capability()
         return caps.model_copy(update=update)
 
     def create_initialization_options(
@@ -152,6 +162,23 @@ def _confirmer(ctx: ServerRequestContext[Any]) -> ConfirmFn | None:
         return answer.action == "accept" and bool((answer.content or {}).get("confirm"))
 
     return confirm
+
+
+def _progress_of(ctx: ServerRequestContext[Any]) -> ProgressFn | None:
+    """Forwards a downstream's progress to the client, when this request asked for progress.
+
+    Only then: a progress callback makes every downstream request carry a token and a handler.
+    (The SDK's in-process 2026 client passes its callback out of band, invisible here; over
+    stdio and HTTP the token is always in `_meta`.)
+    """
+    if ctx.meta is None or ctx.meta.get("progress_token") is None:
+        return None
+    session = ctx.session
+
+    async def forward_progress(progress: float, total: float | None, message: str | None) -> None:
+        await session.report_progress(progress, total, message)
+
+    return forward_progress
 
 
 def exposed_tools(
@@ -268,14 +295,18 @@ def build_server(
                     progress=progress,
                     sample=_sampler(ctx),
                 )
-            run = await engine.execute(
-                params.name,
-                params.arguments,
-                request_id=ctx.request_id,
-                progress=progress,
-                session_id=caller,
-                confirm=confirmer(ctx, params, caller, sealer),
-            )
+            # A 2026-07-28 client's call goes down as its own: capabilities, answers, state.
+            with relayed(ctx, input_responses=params.input_responses, request_state=params.request_state):
+                run = await engine.execute(
+                    params.name,
+                    params.arguments,
+                    request_id=ctx.request_id,
+                    progress=progress,
+                    session_id=caller,
+                    confirm=confirmer(ctx, params, caller, sealer),
+                )
+        except RelayedInputRequired as asked:  # the server's question, passed back unchanged
+            return asked.result
         except InputRequired as asked:  # 2026-07-28: the question goes back with the result
             return mcp_types.InputRequiredResult(input_requests=asked.requests, request_state=asked.state)
         except Exception:
@@ -288,9 +319,10 @@ def build_server(
         if (
             isinstance(error, DownstreamProtocolError)
             and error.error is not None
-            and error.error.code == mcp_types.MISSING_REQUIRED_CLIENT_CAPABILITY
+            and (isinstance(error, RelayedError) or error.error.code == mcp_types.MISSING_REQUIRED_CLIENT_CAPABILITY)
         ):
-            # The client, not the model, must act on this: it stays a JSON-RPC error.
+            # The client, not the model, must act on this: it stays a JSON-RPC error (relayed in the
+            # 2026-07-28 era: every one, a rejected request state say, as the server sent it).
             raise MCPError.from_error_data(error.error)
         return run.result
 
@@ -331,12 +363,43 @@ def build_server(
         # Once per handshake-era connection: remember it to push tools/list_changed later.
         connection = connection_of(ctx.session)
         sessions[id(connection)] = ctx.session
+        if server.fast is not None:
+            server.fast.attach(ctx)
         connection.exit_stack.callback(sessions.pop, id(connection), None)
 
+    async def relay(
+        ctx: ServerRequestContext[Any], params: mcp_types.CallToolRequestParams, raw_for: str
+    ) -> CallOutcome:
+        # The hot path's passthrough call: the engine call below, with the result kept as bytes.
+        caller = callers.identify(ctx)
+        peer = peer_for(ctx)
+        token = calling_peer.set(peer)
+        try:
+            return await engine.execute(
+                params.name,
+                params.arguments,
+                request_id=ctx.request_id,
+                progress=_progress_of(ctx),
+                session_id=caller,
+                confirm=confirmer(ctx, params, caller, sealer),
+                raw_for=raw_for,
+            )
+        finally:
+            calling_peer.reset(token)
+            peer.detach()
+
+    def passthrough(name: str) -> bool:
+        if name == ORCHESTRATE or (delegator is not None and name == DELEGATE):
+            return False
+        return not (toolhub is not None and toolhub.handles(name)) and hub.registry.get(name) is not None
+
+    server.fast = FastCalls(relay, serves=passthrough)
     server.add_notification_handler("notifications/initialized", mcp_types.NotificationParams, on_initialized)
     server.available = hub.capable
     install_logging(server, hub, levels)
     install_catalog(server, hub, engine, callers, sessions, bus, peer_for)
+    install_tasks(server, hub, engine, callers, peer_for)
+    install_roots(server, hub, callers.identify, peer_for)
 
     async def tools_changed() -> None:
         for session in list(sessions.values()):

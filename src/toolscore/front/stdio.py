@@ -7,6 +7,10 @@ Here fd 0 and a private duplicate of fd 1 are non-blocking and polled by the eve
 
 While serving, fd 1 points at stderr, as the SDK does: a stray `print()` in any library lands in
 the log instead of corrupting the JSON-RPC channel. Everything is restored on exit.
+
+Each line is offered to the server's hot path first (`front.fast`): a passthrough `tools/call` is
+answered there, as bytes on the same outgoing stream (so its answer never overtakes the progress
+notifications the SDK wrote for it); every other line goes to the SDK.
 """
 
 from __future__ import annotations
@@ -20,11 +24,13 @@ from contextlib import asynccontextmanager
 import anyio
 import mcp_types
 import structlog
+from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.shared.message import SessionMessage
 
-from toolscore._lines import Oversized, message_id, read_lines, write_lines
+from toolscore._lines import LineWriter, Oversized, message_id, read_lines, write_lines
 from toolscore.config import DEFAULT_MAX_REQUEST_BYTES
+from toolscore.front.fast import FastCalls
 
 __all__ = ["pollable", "stdio_transport"]
 
@@ -57,11 +63,17 @@ def _answer_to_unreadable(line: bytes) -> SessionMessage:
     return _error(request_id, mcp_types.INVALID_REQUEST, "Invalid request: not a JSON-RPC 2.0 message")
 
 
+Outgoing = SessionMessage | bytes
+"""What goes to the client: the SDK's messages, and whole lines the hot path encoded itself."""
+
+
 async def _read_lines(
     fd: int,
     sink: MemoryObjectSendStream[SessionMessage | Exception],
-    answer: MemoryObjectSendStream[SessionMessage],
+    answer: MemoryObjectSendStream[Outgoing],
     limit: int,
+    fast: FastCalls | None,
+    tg: TaskGroup,
 ) -> None:
     async with sink, answer:
         async for line in read_lines(fd, limit):  # until EOF: the client is gone
@@ -69,6 +81,10 @@ async def _read_lines(
                 log.warning("request over the size limit refused", limit=limit)
                 error = _error(message_id(line.head), mcp_types.INVALID_REQUEST, f"the request exceeds {limit} bytes")
                 await answer.send(error)
+            elif fast is not None and fast.cancels(line):
+                continue
+            elif fast is not None and (job := fast.take(line)) is not None:
+                tg.start_soon(fast.run, job, answer.send)  # after EOF there is no one to answer
             else:
                 await _deliver(line, sink, answer)
 
@@ -76,7 +92,7 @@ async def _read_lines(
 async def _deliver(
     line: bytes,
     sink: MemoryObjectSendStream[SessionMessage | Exception],
-    answer: MemoryObjectSendStream[SessionMessage],
+    answer: MemoryObjectSendStream[Outgoing],
 ) -> None:
     if not line.strip():
         return
@@ -98,7 +114,9 @@ async def _deliver(
     await sink.send(SessionMessage(message))
 
 
-def _encode(message: SessionMessage) -> bytes:
+def _encode(message: Outgoing) -> bytes:
+    if isinstance(message, bytes):
+        return message
     try:
         return (message.message.model_dump_json(by_alias=True, exclude_unset=True) + "\n").encode()
     except ValueError:
@@ -112,28 +130,35 @@ def _encode(message: SessionMessage) -> bytes:
         return (reply.message.model_dump_json(by_alias=True, exclude_unset=True) + "\n").encode()
 
 
-async def _write_lines(fd: int, source: MemoryObjectReceiveStream[SessionMessage]) -> None:
+async def _write_lines(fd: int, source: MemoryObjectReceiveStream[Outgoing]) -> None:
     async with source:
-        await write_lines(fd, (_encode(message) async for message in source))
+        await write_lines(LineWriter(fd), (_encode(message) async for message in source))
 
 
 @asynccontextmanager
 async def stdio_transport(
-    stdin_fd: int = 0, stdout_fd: int = 1, *, max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
-) -> AsyncIterator[
-    tuple[MemoryObjectReceiveStream[SessionMessage | Exception], MemoryObjectSendStream[SessionMessage]]
-]:
-    """Serve JSON-RPC lines on `stdin_fd`/`stdout_fd`; yields the (read, write) streams for `Server.run`."""
+    stdin_fd: int = 0,
+    stdout_fd: int = 1,
+    *,
+    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
+    fast: FastCalls | None = None,
+) -> AsyncIterator[tuple[MemoryObjectReceiveStream[SessionMessage | Exception], MemoryObjectSendStream[Outgoing]]]:
+    """Serve JSON-RPC lines on `stdin_fd`/`stdout_fd`; yields the (read, write) streams for `Server.run`.
+
+    `fast`: the server's hot path for `tools/call` (None: every line goes to the SDK).
+    """
+    if fast is not None:
+        fast.enable()
     wire_out = os.dup(stdout_fd)
     os.dup2(2, stdout_fd)  # stray writes to fd 1 now go to stderr
     blocking = {fd: os.get_blocking(fd) for fd in (stdin_fd, wire_out)}
     for fd in blocking:
         os.set_blocking(fd, False)
     read_send, read_recv = anyio.create_memory_object_stream[SessionMessage | Exception](0)
-    write_send, write_recv = anyio.create_memory_object_stream[SessionMessage](0)
+    write_send, write_recv = anyio.create_memory_object_stream[Outgoing](0)
     try:
         async with anyio.create_task_group() as tg:
-            tg.start_soon(_read_lines, stdin_fd, read_send, write_send.clone(), max_request_bytes)
+            tg.start_soon(_read_lines, stdin_fd, read_send, write_send.clone(), max_request_bytes, fast, tg)
             tg.start_soon(_write_lines, wire_out, write_recv)
             try:
                 yield read_recv, write_send

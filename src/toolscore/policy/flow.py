@@ -41,6 +41,7 @@ class ConcurrencyCap:
     """Wrap: at most `per_server` calls running per server, `queue` more waiting, the rest refused."""
 
     name = "concurrency"
+    passes_results_through = True
 
     def __init__(self, caps: dict[str, tuple[int, int]], *, store: SlotStore | None = None) -> None:
         """Args:

@@ -21,10 +21,10 @@ from toolscore._glob import matches
 from toolscore._json import iter_strings
 from toolscore.config import ArgumentRules, PathRules, ToolRules
 from toolscore.downstream.registry import Route
+from toolscore.downstream.relay import calling_peer
 from toolscore.errors import PlanProblem, Rejected
 from toolscore.plan.nodes import CheckedPlan
-from toolscore.plan.refs import contains_ref
-from toolscore.policy.paths import Confinement, names_path
+from toolscore.policy.paths import CLIENT_ROOTS, Confinement, names_path, roots_of_uris
 from toolscore.policy.scope import PerServer, Scope
 
 __all__ = ["CompiledRules", "StaticRules", "Violation", "compile_rules", "violations"]
@@ -44,6 +44,8 @@ class CompiledRules:
     deny_patterns: tuple[re.Pattern[str], ...]
     paths: PathRules | None
     roots: tuple[str, ...]
+    client_roots: bool
+    """Whether the calling client's own roots are allowed too (the `roots` entry `"client"`)."""
     # Per tool, the argument-name globs that hold paths: filled on the tool's first call.
     path_globs: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
@@ -59,7 +61,8 @@ def compile_rules(scope: Scope) -> CompiledRules:
         arguments=rules.arguments,
         deny_patterns=tuple(re.compile(p) for p in rules.arguments.deny_patterns),
         paths=paths,
-        roots=tuple(os.path.realpath(r) for r in paths.roots) if paths else (),
+        roots=tuple(os.path.realpath(r) for r in paths.roots if r != CLIENT_ROOTS) if paths else (),
+        client_roots=paths is not None and CLIENT_ROOTS in paths.roots,
     )
 
 
@@ -92,14 +95,23 @@ def _path_key_test(route: Route, rules: CompiledRules) -> Callable[[str], bool]:
 
 
 def violations(
-    route: Route, arguments: dict[str, Any], rules: CompiledRules, *, plan: bool
+    route: Route, arguments: dict[str, Any], rules: CompiledRules, *, plan: bool, client_roots: tuple[str, ...] = ()
 ) -> tuple[list[Violation], Any]:
     """Every static rule a call breaks, and the arguments with their paths pinned.
 
     With `plan=True` (a plan, before it runs) strings holding references are skipped and so is
-    the size limit: each step is checked again when it runs, with its values resolved.
+    the size limit: each step is checked again when it runs, with its values resolved. So are
+    paths, where the client's roots count: they are asked of the client when the step runs.
+
+    Args:
+        client_roots: The calling client's roots (resolved), where `rules.client_roots`.
     """
     found: list[Violation] = []
+    skip: Callable[[str], bool] | None = None
+    if plan:  # the reference syntax is the plan parser's, loaded with the first plan
+        from toolscore.plan.refs import contains_ref
+
+        skip = contains_ref
     if not _tool_allowed(route, rules):
         found.append(("tools", f"tool '{route.public_name}' is not allowed by the gateway's policy"))
     hints = route.tool.annotations
@@ -116,17 +128,19 @@ def violations(
     if rules.deny_patterns:
         # Object keys too: a downstream may read a key as data (`{"rm -rf /": true}`).
         for text in iter_strings(arguments, keys=True):
-            if plan and contains_ref(text):
+            if skip is not None and skip(text):
                 continue
             for pattern in rules.deny_patterns:
                 if pattern.search(text):
                     found.append(("arguments", f"an argument matches the denied pattern {pattern.pattern!r}"))
                     break
     pinned: Any = arguments
-    if rules.paths is not None:
-        confinement = Confinement(rules.roots, skip=contains_ref if plan else None)
+    if rules.paths is not None and not (plan and rules.client_roots):
+        roots = rules.roots + client_roots if rules.client_roots else rules.roots
+        confinement = Confinement(roots, skip=skip)
         pinned, confined = confinement.apply(arguments, _path_key_test(route, rules))
-        found.extend(("paths", f"argument '{v.where}' {v.reason}") for v in confined)
+        note = " (the client declared no roots)" if rules.client_roots and not client_roots else ""
+        found.extend(("paths", f"argument '{v.where}' {v.reason}{note}") for v in confined)
     return found, pinned
 
 
@@ -142,7 +156,8 @@ class StaticRules:
         route = ctx.route
         assert route is not None
         rules = self._rules.of(route.server)
-        found, pinned = violations(route, ctx.arguments, rules, plan=False)
+        client = await _client_roots(route.server) if rules.paths is not None and rules.client_roots else ()
+        found, pinned = violations(route, ctx.arguments, rules, plan=False, client_roots=client)
         if found:
             rule, reason = found[0]
             raise Rejected(reason, hook=rule)
@@ -169,6 +184,17 @@ class StaticRules:
         if not _allowed((name,), self._rules.gateway.tools_global):
             return f"tool '{name}' is not allowed by the gateway's policy"
         return None
+
+
+async def _client_roots(server: str) -> tuple[str, ...]:
+    """The roots of the client whose request this call serves: none if it has none or cannot say."""
+    peer = calling_peer.get()
+    if peer is None:
+        return ()
+    answer = await peer.list_roots(server)
+    if isinstance(answer, mcp_types.ErrorData):
+        return ()
+    return roots_of_uris(str(root.uri) for root in answer.roots)
 
 
 async def _confirm(ctx: ExecutionContext, tool: str) -> None:

@@ -1,0 +1,288 @@
+"""The gateway's own `tools/call` requests on a stdio downstream's pipe, answered as bytes.
+
+Theory of operation. The SDK's client session owns each connection: the handshake, the lists,
+notifications and the server's own requests (sampling, elicitation, logs). On the hot path the
+gateway writes a `tools/call` line itself, with an id from a space of its own (a random prefix
+per connection; the SDK numbers its requests), and the connection's reader hands every line that
+carries the prefix to `RawChannel.deliver` before the SDK would parse it. msgspec checks the
+whole answer in one pass and returns where `result` lies in the line without decoding it: those
+bytes go to the front client as they came, so the result is verbatim by construction. Only what
+the engine needs is read from them (`isError`, the sizes the token estimate counts), and each
+content block's shape is checked, so a malformed result is refused as on the SDK path.
+
+Progress notifications for a call carry its id as their token and are routed here too, and so
+are the server's log messages while a call is in flight: a server logs before it answers, and
+the client must see the log first, which two paths through the SDK's tasks would not promise. A
+call that is cancelled (its deadline, or the front client) sends `notifications/cancelled`. Whatever
+the fast reading cannot vouch for (invalid UTF-8, a lone surrogate, a block type it does not
+know, the downstream's `serverInfo` stamp) is decoded by the SDK's models instead.
+"""
+
+from __future__ import annotations
+
+import itertools
+import secrets
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import mcp_types
+import msgspec
+from mcp import MCPError
+from pydantic import ValidationError
+
+from toolscore._lines import LineWriter
+
+if TYPE_CHECKING:  # `toolscore.types` names `RawResult` in its own protocols
+    from toolscore.types import Arguments, ProgressFn
+
+__all__ = ["RawChannel", "RawResult"]
+
+_CANCEL_WRITE_SECONDS = 1.0
+_SERVER_INFO = mcp_types.SERVER_INFO_META_KEY.encode()
+_LOG = b'"notifications/message"'
+LogFn = Callable[[mcp_types.LoggingMessageNotificationParams], Awaitable[None]]
+
+
+class _Error(msgspec.Struct):
+    code: int
+    message: str
+    data: Any = None
+
+
+class _Incoming(msgspec.Struct):
+    """A response to one of the gateway's requests, or a progress notification for one."""
+
+    id: str | int | None = None
+    method: str | None = None
+    result: msgspec.Raw = msgspec.Raw()
+    error: _Error | None = None
+    params: msgspec.Raw = msgspec.Raw()
+
+
+class _Progress(msgspec.Struct):
+    progressToken: str | int
+    progress: float
+    total: float | None = None
+    message: str | None = None
+
+
+class _Summary(msgspec.Struct):
+    """What the engine reads of a `CallToolResult`; the rest stays undecoded."""
+
+    content: list[msgspec.Raw]
+    isError: bool | None = None
+    structuredContent: msgspec.Raw = msgspec.Raw()
+
+
+class _Contents(msgspec.Struct):
+    uri: str
+    text: str | None = None
+    blob: str | None = None
+
+
+class _Block(msgspec.Struct):
+    type: str
+    text: str | None = None
+    data: str | None = None
+    mimeType: str | None = None
+    resource: _Contents | None = None
+    uri: str | None = None
+    name: str | None = None
+
+
+_incoming = msgspec.json.Decoder(_Incoming)
+_progress = msgspec.json.Decoder(_Progress)
+_summary = msgspec.json.Decoder(_Summary)
+_block = msgspec.json.Decoder(_Block)
+_encode = msgspec.json.Encoder().encode
+
+
+@dataclass(frozen=True, slots=True)
+class RawResult:
+    """A `tools/call` result kept as the bytes the downstream wrote."""
+
+    data: bytes
+    """The JSON of the result object, exactly as the server sent it."""
+    is_error: bool
+    chars: int
+    """What the token estimate counts (as `toolscore._tokens.result_tokens` does for a model)."""
+
+    def model(self) -> mcp_types.CallToolResult:
+        """The result decoded, for whoever needs more than the bytes."""
+        return mcp_types.CallToolResult.model_validate_json(self.data)
+
+
+def _block_chars(raw: msgspec.Raw) -> int | None:
+    """The characters of one content block the estimate counts; None: a shape to leave to the SDK."""
+    block = _block.decode(raw)
+    kind = block.type
+    if kind == "text":
+        return None if block.text is None else len(block.text)
+    if kind in ("image", "audio"):
+        return None if block.data is None or block.mimeType is None else len(block.data)
+    if kind == "resource":
+        res = block.resource
+        if res is None or (res.text is None) == (res.blob is None):
+            return None
+        return len(res.text if res.text is not None else res.blob or "")
+    if kind == "resource_link":
+        return None if block.uri is None or block.name is None else len(raw)
+    return None
+
+
+def read_result(data: bytes) -> RawResult | None:
+    """`data` (a result's JSON) checked and summarised, or None where the SDK's models must decode it."""
+    if _SERVER_INFO in data or (not data.isascii() and not _utf8(data)):
+        return None
+    try:
+        summary = _summary.decode(data)
+        chars = 0
+        for raw in summary.content:
+            size = _block_chars(raw)
+            if size is None:
+                return None
+            chars += size
+    except msgspec.DecodeError:  # a lone surrogate, a wrong type: the models say what is wrong
+        return None
+    if not summary.content and summary.structuredContent:
+        chars += len(summary.structuredContent)
+    return RawResult(data, bool(summary.isError), chars)
+
+
+def _utf8(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+@dataclass(slots=True)
+class _Call:
+    progress: ProgressFn | None
+    done: anyio.Event = field(default_factory=anyio.Event)
+    answer: _Incoming | None = None
+    error: mcp_types.ErrorData | None = None
+
+
+def _lost(server: str) -> MCPError:
+    return MCPError(code=mcp_types.CONNECTION_CLOSED, message=f"connection to '{server}' closed")
+
+
+class RawChannel:
+    """The gateway's own requests on one connection's pipe, beside the SDK's session."""
+
+    def __init__(self, writer: LineWriter, server: str) -> None:
+        self._writer = writer
+        self._server = server
+        self._prefix = f"toolscore.{secrets.token_hex(8)}."
+        self._marker = self._prefix.encode()
+        self._ids: Callable[[], int] = itertools.count(1).__next__
+        self._calls: dict[str, _Call] = {}
+        self._closed = False
+        self.on_log: LogFn | None = None
+        """Receives the server's log messages while a call is in flight (None: the SDK does)."""
+
+    def claims(self, line: bytes) -> bool:
+        """Whether `line` may be for this channel's calls in flight (a cheap look; `deliver` decides)."""
+        return bool(self._calls) and (self._marker in line or (self.on_log is not None and _LOG in line))
+
+    async def deliver(self, line: bytes) -> bool:
+        """Take the answer to, or progress of, one of this channel's calls; False: not ours after all."""
+        try:
+            message = _incoming.decode(line)
+        except msgspec.DecodeError:
+            if line.isascii():
+                return False
+            try:  # invalid UTF-8 in the envelope: replaced, as the SDK path does
+                message = _incoming.decode(line.decode("utf-8", errors="replace").encode())
+            except msgspec.DecodeError:
+                return False
+        if message.method == "notifications/message" and self.on_log is not None and message.id is None:
+            try:
+                params = mcp_types.LoggingMessageNotificationParams.model_validate_json(bytes(message.params))
+            except ValidationError:
+                return False  # the SDK says what is wrong with it
+            await self.on_log(params)
+            return True
+        if message.method is not None:
+            if message.method != "notifications/progress" or not message.params:
+                return False
+            try:
+                progress = _progress.decode(message.params)
+            except msgspec.DecodeError:
+                return False
+            call = self._calls.get(progress.progressToken) if isinstance(progress.progressToken, str) else None
+            if call is None:
+                return False
+            if call.progress is not None:
+                await call.progress(progress.progress, progress.total, progress.message)
+            return True
+        call = self._calls.get(message.id) if isinstance(message.id, str) else None
+        if call is None or call.done.is_set():
+            return False
+        call.answer = message
+        call.done.set()
+        return True
+
+    def fail(self, request_id: object, error: mcp_types.ErrorData) -> bool:
+        """End the call `request_id` with `error` (its answer could not be read); False: not ours."""
+        call = self._calls.get(request_id) if isinstance(request_id, str) else None
+        if call is None or call.done.is_set():
+            return False
+        call.error = error
+        call.done.set()
+        return True
+
+    def close(self) -> None:
+        """The connection ended: every call in flight fails as the SDK's own would."""
+        self._closed = True
+        for call in self._calls.values():
+            call.done.set()
+
+    async def call(
+        self, tool: str, arguments: Arguments, *, progress: ProgressFn | None
+    ) -> RawResult | mcp_types.CallToolResult:
+        """Send `tools/call` and wait for the answer.
+
+        Raises:
+            MCPError: the server answered with a JSON-RPC error, or the connection closed
+                (`CONNECTION_CLOSED`), as `ClientSession.send_request` raises them.
+            pydantic.ValidationError: the result is not a valid `CallToolResult`.
+        """
+        if self._closed:
+            raise _lost(self._server)
+        request_id = f"{self._prefix}{self._ids()}"
+        params: dict[str, Any] = {"name": tool, "arguments": arguments}
+        if progress is not None:
+            params["_meta"] = {"progressToken": request_id}
+        line = _encode({"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params})
+        call = self._calls[request_id] = _Call(progress)
+        try:
+            await self._writer.write(line, b"\n")
+            if self._writer.closed:
+                raise _lost(self._server)
+            await call.done.wait()
+        except anyio.get_cancelled_exc_class():
+            with anyio.CancelScope(shield=True), anyio.move_on_after(_CANCEL_WRITE_SECONDS):
+                notice = {"requestId": request_id, "reason": "cancelled by the gateway"}
+                message = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": notice}
+                await self._writer.write(_encode(message), b"\n")
+            raise
+        finally:
+            del self._calls[request_id]
+        if call.error is not None:
+            raise MCPError.from_error_data(call.error)
+        answer = call.answer
+        if answer is None:
+            raise _lost(self._server)
+        if answer.error is not None:
+            error = answer.error
+            raise MCPError(code=error.code, message=error.message, data=error.data)
+        data = bytes(answer.result)
+        kept = read_result(data)
+        if kept is not None:
+            return kept
+        return mcp_types.CallToolResult.model_validate_json(data.decode("utf-8", errors="replace"))

@@ -1,0 +1,206 @@
+"""`tools/call` from a stdio client without the SDK's per-message models: the hot path.
+
+Theory of operation. The SDK reads every message into models, validates it per protocol version,
+dispatches it, and dumps the result back, and the gateway's downstream client does the same
+again; for a passthrough call that is most of what the gateway costs (docs/performance.md). The
+stdio transport (`front.stdio`) hands each line to `FastCalls.take` first. A `tools/call` for a
+downstream tool, on a connection that completed the handshake at the latest handshake-era
+version, is decoded here in one msgspec pass and run through the same engine call as the SDK
+path (validation, policy, deadline, audit: `Relay`). The answer is written as bytes: the
+downstream's result bytes spliced into the response envelope when the engine kept them
+(`CallOutcome.raw`), else the result model dumped as the SDK would. The client's
+`notifications/cancelled` for such a call cancels it here, and no answer is sent, as the SDK does.
+
+The path opens once the SDK has handled the client's `notifications/initialized` (its context is
+the template of each fast request's); a call that races that notification is the SDK's.
+Everything else goes to the SDK unchanged: the handshake, lists, other methods, a request this
+decoder does not fully understand (unknown params such as `task`, a lone surrogate, an id the SDK
+would refuse), every 2026-07-28 request, an older handshake version (whose results the SDK sieves
+per version), and all calls while tracing is on (the SDK's spans carry the trace downstream).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from contextlib import suppress
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import mcp_types
+import msgspec
+import structlog
+from mcp.server import ServerRequestContext
+from mcp_types.version import LATEST_HANDSHAKE_VERSION
+from pydantic import ValidationError
+
+from toolscore._engine import CallOutcome, error_result
+from toolscore._json import scrub_unpaired_surrogates
+from toolscore._sdk import request_context
+from toolscore.errors import DownstreamProtocolError
+from toolscore.telemetry import tracing
+
+__all__ = ["FastCalls", "Relay"]
+
+log = structlog.get_logger("toolscore.fast")
+
+Relay = Callable[[ServerRequestContext[Any], mcp_types.CallToolRequestParams, str], Awaitable[CallOutcome]]
+"""Runs one passthrough call through the engine for a request's context, its params and the
+protocol version whose result bytes may be kept (the front server's own path, shared)."""
+Send = Callable[[bytes], Awaitable[None]]
+"""Writes one whole line to the client."""
+
+
+class _Request(msgspec.Struct):
+    jsonrpc: str
+    method: str
+    id: int | str | None = None
+    params: msgspec.Raw = msgspec.Raw()
+
+
+class _Params(msgspec.Struct, forbid_unknown_fields=True):
+    """`tools/call` params the fast path serves; any other member (`task`, ...) is the SDK's."""
+
+    name: str
+    arguments: dict[str, Any] | None = None
+    meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
+
+
+class _CancelParams(msgspec.Struct):
+    requestId: int | str | None = None
+
+
+class _Cancel(msgspec.Struct):
+    method: str
+    params: _CancelParams | None = None
+
+
+_request = msgspec.json.Decoder(_Request)
+_params = msgspec.json.Decoder(_Params)
+_cancel = msgspec.json.Decoder(_Cancel)
+_encode = msgspec.json.Encoder().encode
+_TOOLS_CALL = b'"tools/call"'
+_CANCELLED = b'"notifications/cancelled"'
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """One `tools/call` taken from the client's stream."""
+
+    id: int | str
+    params: _Params
+
+
+def _response(request_id: int | str, result: bytes) -> bytes:
+    return b'{"jsonrpc":"2.0","id":' + _encode(request_id) + b',"result":' + result + b"}\n"
+
+
+def _error_response(request_id: int | str, error: mcp_types.ErrorData) -> bytes:
+    body = error.model_dump_json(by_alias=True, exclude_none=True).encode()
+    return b'{"jsonrpc":"2.0","id":' + _encode(request_id) + b',"error":' + body + b"}\n"
+
+
+class FastCalls:
+    """The hot path for one stdio client connection (see the module docstring)."""
+
+    def __init__(self, relay: Relay, *, serves: Callable[[str], bool]) -> None:
+        """Args:
+        relay: The front server's passthrough call.
+        serves: Whether a tool name is a downstream tool (not one of the gateway's own).
+        """
+        self._relay = relay
+        self._serves = serves
+        self._enabled = False
+        self._template: ServerRequestContext[Any] | None = None
+        self._running: dict[int | str, anyio.CancelScope] = {}
+
+    def enable(self) -> None:
+        """This server's transport is stdio: one client, whose handshake `attach` will see."""
+        self._enabled = True
+
+    def attach(self, ctx: ServerRequestContext[Any]) -> None:
+        """The client finished the handshake (`ctx`: its `notifications/initialized`)."""
+        if self._enabled and ctx.protocol_version == LATEST_HANDSHAKE_VERSION:
+            self._template = ctx
+
+    def cancels(self, line: bytes) -> bool:
+        """Cancel the fast call a `notifications/cancelled` line names; False: the SDK's to handle."""
+        if not self._running or _CANCELLED not in line:
+            return False
+        try:
+            message = _cancel.decode(line)
+        except msgspec.DecodeError:
+            return False
+        request_id = message.params.requestId if message.params is not None else None
+        if message.method != "notifications/cancelled" or request_id is None:
+            return False
+        scope = self._running.get(request_id)
+        if scope is None:
+            return False
+        scope.cancel()
+        return True
+
+    def take(self, line: bytes) -> Job | None:
+        """The `tools/call` in `line` if the fast path serves it, else None (the SDK does)."""
+        if self._template is None or _TOOLS_CALL not in line or tracing.tracer is not None:
+            return None
+        try:
+            request = _request.decode(line)
+            if request.method != "tools/call" or request.jsonrpc != "2.0" or not request.params:
+                return None
+            params = _params.decode(request.params)
+        except msgspec.DecodeError:
+            return None
+        request_id = request.id
+        if request_id is None or request_id in self._running or not self._serves(params.name):
+            return None
+        return Job(request_id, params)
+
+    async def run(self, job: Job, send: Send) -> None:
+        """Answer `job` on `send`, unless the client cancels it first."""
+        template = self._template
+        assert template is not None
+        version = template.protocol_version
+        with anyio.CancelScope() as scope:
+            self._running[job.id] = scope
+            try:
+                line = await self._answer(template, job, version)
+            finally:
+                del self._running[job.id]
+        if scope.cancelled_caught:
+            return  # the client cancelled: it expects no answer
+        try:
+            await send(line)
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+            log.debug("answer not delivered: the client is gone", id=job.id)
+
+    async def _answer(self, template: ServerRequestContext[Any], job: Job, version: str) -> bytes:
+        params = job.params
+        meta: mcp_types.RequestParamsMeta | None = None
+        if params.meta is not None:
+            with suppress(ValidationError):  # as the SDK reads a malformed `_meta`: absent
+                meta = mcp_types.RequestParams.model_validate({"_meta": params.meta}, by_name=False).meta
+        try:
+            model = mcp_types.CallToolRequestParams.model_construct(name=params.name, arguments=params.arguments)
+            ctx = request_context(template, job.id, "tools/call", {"name": params.name}, meta)
+            outcome = await self._relay(ctx, model, version)
+        except Exception:  # the same boundary as the SDK path's (`front.server`)
+            log.exception("internal error", tool=params.name)
+            message = f"Error executing tool {params.name}: internal gateway error (see the gateway log)."
+            return _response(job.id, _dump(error_result(message)))
+        error = outcome.error
+        if (
+            isinstance(error, DownstreamProtocolError)
+            and error.error is not None
+            and error.error.code == mcp_types.MISSING_REQUIRED_CLIENT_CAPABILITY
+        ):
+            return _error_response(job.id, error.error)  # for the client to act on, as on the SDK path
+        raw = outcome.raw
+        if raw is not None:
+            return _response(job.id, raw.data)
+        return _response(job.id, _dump(outcome.result))
+
+
+def _dump(result: mcp_types.CallToolResult) -> bytes:
+    """A result model as the SDK's runner dumps it; text no encoder takes (a lone surrogate) replaced."""
+    return scrub_unpaired_surrogates(result).model_dump_json(by_alias=True, exclude_none=True).encode()

@@ -1,0 +1,318 @@
+"""The stdio hot path for `tools/call` (`front.fast`, `downstream.raw`), against `toolscore serve`.
+
+A client that speaks JSON-RPC lines by hand sees the exact bytes the gateway writes: a result the
+downstream wrote in a shape the SDK would re-serialise must reach it byte for byte. Where the fast
+path must not run (an older protocol version, result rules, tracing), the same case comes back
+re-encoded, which shows which path answered.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from anyio.abc import Process
+from anyio.streams.buffered import BufferedByteReceiveStream
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.conftest import FIXTURE_SERVER, TOOLSCORE, write_config
+from tests.fixtures.corpus_server import CASES, ENVELOPES
+
+pytestmark = pytest.mark.anyio
+
+CORPUS_SERVER = str(Path(__file__).parent.parent / "fixtures" / "corpus_server.py")
+LATEST = "2025-11-25"
+_LIMIT = 64 << 20
+
+
+class LineClient:
+    """A JSON-RPC client over the gateway's stdin/stdout that keeps every line as bytes."""
+
+    def __init__(self, process: Process) -> None:
+        assert process.stdin is not None and process.stdout is not None
+        self._process = process
+        self._stdin = process.stdin
+        self._out = BufferedByteReceiveStream(process.stdout)
+        self.other: list[bytes] = []
+        """Lines read while waiting for an answer (notifications, other answers)."""
+
+    async def send(self, message: dict[str, Any] | bytes) -> None:
+        data = message if isinstance(message, bytes) else json.dumps(message).encode()
+        await self._stdin.send(data + b"\n")
+
+    async def line(self) -> bytes:
+        return await self._out.receive_until(b"\n", _LIMIT)
+
+    async def answer(self, request_id: int | str) -> bytes:
+        """The answer line for `request_id`; what came before it is kept in `other`."""
+        with anyio.fail_after(60):
+            while True:
+                line = await self.line()
+                if json.loads(line).get("id") == request_id and "method" not in json.loads(line):
+                    return line
+                self.other.append(line)
+
+    async def call(self, request_id: int | str, name: str, arguments: dict[str, Any], **params: Any) -> bytes:
+        request = {"name": name, "arguments": arguments, **params}
+        await self.send({"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": request})
+        return await self.answer(request_id)
+
+
+@asynccontextmanager
+async def gateway(config: Path, *, version: str = LATEST) -> AsyncIterator[LineClient]:
+    process = await anyio.open_process([TOOLSCORE, "serve", "--config", str(config)], stderr=sys.stderr)
+    async with process:
+        client = LineClient(process)
+        hello = {"protocolVersion": version, "capabilities": {}, "clientInfo": {"name": "lines", "version": "1"}}
+        await client.send({"jsonrpc": "2.0", "id": "init", "method": "initialize", "params": hello})
+        await client.answer("init")
+        await client.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        # The hot path starts once the SDK has handled that notification (a call racing it is the SDK's).
+        await client.send({"jsonrpc": "2.0", "id": "ping", "method": "ping"})
+        await client.answer("ping")
+        try:
+            yield client
+        finally:
+            await client._stdin.aclose()
+            with anyio.move_on_after(10):
+                await process.wait()
+            if process.returncode is None:
+                process.kill()
+
+
+def corpus_config(tmp_path: Path, **sections: Any) -> Path:
+    env = {"CORPUS_LOG": str(tmp_path / "cancelled.log")}
+    servers = {"c": {"command": sys.executable, "args": [CORPUS_SERVER], "env": env}}
+    return write_config(tmp_path, servers, **sections)
+
+
+def result_bytes(line: bytes, request_id: int) -> bytes:
+    """The `result` of an answer the gateway wrote in its own envelope."""
+    head = b'{"jsonrpc":"2.0","id":' + str(request_id).encode() + b',"result":'
+    assert line.startswith(head) and line.endswith(b"}"), line[:200]
+    return line[len(head) : -1]
+
+
+async def appears(path: Path) -> None:
+    """Wait for a file another process writes."""
+    with anyio.fail_after(10):
+        while not path.exists():  # noqa: ASYNC110 - nothing to wait on but the file system
+            await anyio.sleep(0.05)
+
+
+def audit(tmp_path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (tmp_path / "audit.jsonl").read_text().splitlines()]
+
+
+async def test_every_corpus_result_reaches_the_client_byte_for_byte(tmp_path: Path) -> None:
+    async with gateway(corpus_config(tmp_path)) as client:
+        n = 0
+        for envelope in ENVELOPES:
+            for name, expected in CASES.items():
+                n += 1
+                line = await client.call(n, "c__case", {"name": name, "envelope": envelope})
+                assert result_bytes(line, n) == expected, (name, envelope)
+                json.loads(line)  # and the envelope around them is JSON
+        n += 1  # a tool with an outputSchema: the structured result is not re-checked or rebuilt
+        assert result_bytes(await client.call(n, "c__with_schema", {}), n) == CASES["structured"]
+    records = [r for r in audit(tmp_path) if r["tool"] == "c__case"]
+    assert len(records) == len(ENVELOPES) * len(CASES)
+    assert {r["success"] for r in records if r["argument_names"]} == {True, False}  # the isError case counts
+    large = next(r for r in records if r["actual_tokens"] > 1_000_000)
+    arguments = len(json.dumps({"name": "large", "envelope": "compact"}, separators=(",", ":")))
+    assert large["actual_tokens"] == -(-5 * (1 << 20) // 4) + -(-arguments // 4)  # 5 MiB of text, and the arguments
+
+
+async def test_an_older_protocol_version_gets_the_sdks_reencoded_result(tmp_path: Path) -> None:
+    # The SDK sieves results per version; bytes negotiated at another version are not passed on.
+    async with gateway(corpus_config(tmp_path), version="2025-06-18") as client:
+        line = await client.call(1, "c__case", {"name": "spaced"})
+        assert result_bytes(line, 1) != CASES["spaced"]
+        assert json.loads(line)["result"]["content"] == json.loads(CASES["spaced"])["content"]
+
+
+async def test_result_rules_make_the_call_take_the_model_path(tmp_path: Path) -> None:
+    constraints = {"enabled": True, "results": {"redact": True, "redact_patterns": ["caf\u00e9"]}}
+    async with gateway(corpus_config(tmp_path, constraints=constraints)) as client:
+        line = await client.call(1, "c__case", {"name": "unicode"})
+    text = json.loads(line)["result"]["content"][0]["text"]
+    assert "caf\u00e9" not in text and "\U0001f600" in text  # redacted: the rule saw the result
+
+
+async def test_progress_reaches_the_client_before_the_answer(tmp_path: Path) -> None:
+    async with gateway(corpus_config(tmp_path)) as client:
+        line = await client.call(7, "c__progress", {"steps": 3}, _meta={"progressToken": "tok"})
+        assert result_bytes(line, 7) == CASES["text"]
+        notes = [json.loads(other) for other in client.other]
+    assert [(n["method"], n["params"]["progressToken"], n["params"]["progress"]) for n in notes] == [
+        ("notifications/progress", "tok", 1),
+        ("notifications/progress", "tok", 2),
+        ("notifications/progress", "tok", 3),
+    ]
+
+
+async def test_a_cancelled_call_gets_no_answer_and_is_cancelled_downstream(tmp_path: Path) -> None:
+    async with gateway(corpus_config(tmp_path)) as client:
+        await client.send(
+            {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "tools/call",
+                "params": {"name": "c__sleep", "arguments": {"seconds": 30}},
+            }
+        )
+        await anyio.sleep(0.5)
+        await client.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1}})
+        line = await client.call(2, "c__case", {"name": "text"})  # the next call is answered; 1 never is
+        assert result_bytes(line, 2) == CASES["text"]
+        await appears(tmp_path / "cancelled.log")
+    assert client.other == []
+    sent = json.loads((tmp_path / "cancelled.log").read_text().splitlines()[0])
+    assert isinstance(sent, str) and sent.startswith("toolscore.")  # the gateway's own id space
+    assert [r["error_kind"] for r in audit(tmp_path) if r["tool"] == "c__sleep"] == ["cancelled"]
+
+
+async def test_a_deadline_cancels_the_call_downstream(tmp_path: Path) -> None:
+    config = corpus_config(tmp_path)
+    data = json.loads(config.read_text())
+    data["mcpServers"]["c"]["timeout"] = 0.5
+    config.write_text(json.dumps(data))
+    async with gateway(config) as client:
+        line = await client.call(1, "c__sleep", {"seconds": 30})
+        await appears(tmp_path / "cancelled.log")
+    answer = json.loads(line)["result"]
+    assert answer["isError"] is True and "did not answer within 0.5 s" in answer["content"][0]["text"]
+
+
+async def test_a_server_killed_mid_call_gives_that_call_an_error(tmp_path: Path) -> None:
+    servers = {"fx": {"command": sys.executable, "args": [FIXTURE_SERVER], "env": {"FIXTURE_STATE_DIR": str(tmp_path)}}}
+    async with gateway(write_config(tmp_path, servers)) as client:
+        pid = json.loads(await client.call(1, "fx__pid", {}))["result"]["content"][0]["text"]
+        await client.send(
+            {
+                "jsonrpc": "2.0",
+                "id": 2,
+                "method": "tools/call",
+                "params": {"name": "fx__sleep", "arguments": {"seconds": 30}},
+            }
+        )
+        await anyio.sleep(0.5)
+        import os
+        import signal
+
+        os.kill(int(pid), signal.SIGKILL)
+        answer = json.loads(await client.answer(2))["result"]
+    assert answer["isError"] is True and "closed the connection" in answer["content"][0]["text"]
+
+
+async def test_a_json_rpc_error_from_the_server_becomes_a_tool_error(tmp_path: Path) -> None:
+    async with gateway(corpus_config(tmp_path)) as client:
+        line = await client.call(1, "c__rpc_error", {})
+    answer = json.loads(line)["result"]
+    assert answer["isError"] is True
+    assert "answered the call to 'rpc_error' with an error: no tool rpc_error here (code -32602)" in str(answer)
+
+
+_ids = st.one_of(
+    st.integers(-(2**40), 2**40),
+    st.text(max_size=8),
+    st.none(),
+    st.booleans(),
+    st.floats(),
+    st.lists(st.integers(), max_size=2),
+)
+_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+    max_leaves=8,
+)
+_params = st.fixed_dictionaries(
+    {"name": st.sampled_from(["c__case", "c__with_schema", "orchestrate", "nope", "c__progress"])},
+    optional={"arguments": _values, "_meta": _values, "task": _values},
+)
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    batch=st.lists(st.tuples(_ids, _params, st.sampled_from(["tools/call", "tools/cal", "TOOLS/CALL"])), max_size=40)
+)
+def test_random_traffic_gets_exactly_one_answer_per_request(
+    tmp_path_factory: pytest.TempPathFactory, batch: list[Any]
+) -> None:
+    anyio.run(_random_traffic, tmp_path_factory.mktemp("fuzz"), batch)
+
+
+async def _random_traffic(tmp_path: Path, batch: list[Any]) -> None:
+    async with gateway(corpus_config(tmp_path)) as client:
+        expected: dict[str, int] = {}
+        for n, (request_id, params, method) in enumerate(batch):
+            message: dict[str, Any] = {"jsonrpc": "2.0", "method": method, "params": params}
+            if request_id is not None:
+                message["id"] = request_id
+            if isinstance(params.get("arguments"), dict) and params["name"] == "c__case":
+                params["arguments"] = {"name": "text"}
+            await client.send(json.dumps(message).encode())
+            if request_id is not None:
+                key = json.dumps(request_id)
+                expected[key] = expected.get(key, 0) + 1
+            if n % 4 == 0:
+                await client.send(
+                    b'{"jsonrpc":"2.0","method":"tools/call","params":{"name":"c__case"},"id":'
+                )  # cut short
+        await client.send({"jsonrpc": "2.0", "id": "last", "method": "ping"})
+        await client.answer("last")
+        with anyio.move_on_after(1):  # anything still coming
+            while True:
+                client.other.append(await client.line())
+        answers: dict[str, int] = {}
+        for line in client.other:
+            message = json.loads(line)
+            if "method" not in message:
+                key = json.dumps(message.get("id"))
+                answers[key] = answers.get(key, 0) + 1
+    # Every request with a valid id is answered once; invalid ids and cut lines get id-less errors.
+    for key, count in expected.items():
+        valid = isinstance(json.loads(key), str | int) and not isinstance(json.loads(key), bool)
+        if valid and count == 1:
+            assert answers.get(key) == 1, (key, client.other)
+
+
+async def test_sampling_elicitation_and_logs_of_a_fast_call_reach_the_client(tmp_path: Path) -> None:
+    # The downstream's requests during a call go to the client through the context the fast path made.
+    import mcp_types
+    from mcp import Client, StdioServerParameters
+
+    conformance = str(Path(__file__).parent.parent / "fixtures" / "conformance_server.py")
+    servers = {"cf": {"command": sys.executable, "args": [conformance], "prefix": ""}}
+    config = write_config(tmp_path, servers)
+    logs: list[str] = []
+
+    async def sample(context: Any, params: mcp_types.CreateMessageRequestParams) -> mcp_types.CreateMessageResult:
+        return mcp_types.CreateMessageResult(
+            role="assistant", content=mcp_types.TextContent(text="forty-two"), model="test-model"
+        )
+
+    async def elicit(context: Any, params: mcp_types.ElicitRequestParams) -> mcp_types.ElicitResult:
+        return mcp_types.ElicitResult(action="decline")
+
+    async def log(params: mcp_types.LoggingMessageNotificationParams) -> None:
+        logs.append(str(params.data))
+
+    params = StdioServerParameters(command=TOOLSCORE, args=["serve", "--config", str(config)])
+    async with Client(
+        params, mode="legacy", sampling_callback=sample, elicitation_callback=elicit, logging_callback=log
+    ) as client:
+        await client.call_tool("test_simple_text", {})  # past the handshake: the fast path is open
+        sampled = await client.call_tool("test_sampling", {"prompt": "the answer?"})
+        declined = await client.call_tool("test_elicitation", {"message": "name?"})
+        await client.call_tool("test_tool_with_logging", {})
+    assert "forty-two" in str(sampled.content)
+    assert not sampled.is_error and not declined.is_error and "decline" in str(declined.content)
+    assert len(logs) == 3
