@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 if TYPE_CHECKING:
     import mcp_types
@@ -144,6 +144,15 @@ class DownstreamProtocolError(DownstreamError):
         self.error = error
         """The server's JSON-RPC error, if that is what it answered (passed on as such to the client)."""
         super().__init__(message, server=server)
+
+    @classmethod
+    def answered(cls, server: str, what: str, error: mcp_types.ErrorData) -> Self:
+        """The server answered `what` ("the read of 'x'") with the JSON-RPC `error`."""
+        return cls(
+            f"Server '{server}' answered {what} with an error: {error.message} (code {error.code}).",
+            server=server,
+            error=error,
+        )
 
 
 @dataclass(frozen=True, slots=True)

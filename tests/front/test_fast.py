@@ -9,6 +9,8 @@ re-encoded, which shows which path answered.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -16,11 +18,13 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import mcp_types
 import pytest
 from anyio.abc import Process
 from anyio.streams.buffered import BufferedByteReceiveStream
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from mcp import Client, StdioServerParameters
 
 from tests.conftest import FIXTURE_SERVER, TOOLSCORE, write_config
 from tests.fixtures.corpus_server import CASES, ENVELOPES
@@ -59,9 +63,13 @@ class LineClient:
                     return line
                 self.other.append(line)
 
-    async def call(self, request_id: int | str, name: str, arguments: dict[str, Any], **params: Any) -> bytes:
+    async def start(self, request_id: int | str, name: str, arguments: dict[str, Any], **params: Any) -> None:
+        """Send a `tools/call` without waiting for its answer."""
         request = {"name": name, "arguments": arguments, **params}
         await self.send({"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": request})
+
+    async def call(self, request_id: int | str, name: str, arguments: dict[str, Any], **params: Any) -> bytes:
+        await self.start(request_id, name, arguments, **params)
         return await self.answer(request_id)
 
 
@@ -160,14 +168,7 @@ async def test_progress_reaches_the_client_before_the_answer(tmp_path: Path) -> 
 
 async def test_a_cancelled_call_gets_no_answer_and_is_cancelled_downstream(tmp_path: Path) -> None:
     async with gateway(corpus_config(tmp_path)) as client:
-        await client.send(
-            {
-                "jsonrpc": "2.0",
-                "id": 1,
-                "method": "tools/call",
-                "params": {"name": "c__sleep", "arguments": {"seconds": 30}},
-            }
-        )
+        await client.start(1, "c__sleep", {"seconds": 30})
         await anyio.sleep(0.5)
         await client.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1}})
         line = await client.call(2, "c__case", {"name": "text"})  # the next call is answered; 1 never is
@@ -195,18 +196,8 @@ async def test_a_server_killed_mid_call_gives_that_call_an_error(tmp_path: Path)
     servers = {"fx": {"command": sys.executable, "args": [FIXTURE_SERVER], "env": {"FIXTURE_STATE_DIR": str(tmp_path)}}}
     async with gateway(write_config(tmp_path, servers)) as client:
         pid = json.loads(await client.call(1, "fx__pid", {}))["result"]["content"][0]["text"]
-        await client.send(
-            {
-                "jsonrpc": "2.0",
-                "id": 2,
-                "method": "tools/call",
-                "params": {"name": "fx__sleep", "arguments": {"seconds": 30}},
-            }
-        )
+        await client.start(2, "fx__sleep", {"seconds": 30})
         await anyio.sleep(0.5)
-        import os
-        import signal
-
         os.kill(int(pid), signal.SIGKILL)
         answer = json.loads(await client.answer(2))["result"]
     assert answer["isError"] is True and "closed the connection" in answer["content"][0]["text"]
@@ -286,9 +277,6 @@ async def _random_traffic(tmp_path: Path, batch: list[Any]) -> None:
 
 async def test_sampling_elicitation_and_logs_of_a_fast_call_reach_the_client(tmp_path: Path) -> None:
     # The downstream's requests during a call go to the client through the context the fast path made.
-    import mcp_types
-    from mcp import Client, StdioServerParameters
-
     conformance = str(Path(__file__).parent.parent / "fixtures" / "conformance_server.py")
     servers = {"cf": {"command": sys.executable, "args": [conformance], "prefix": ""}}
     config = write_config(tmp_path, servers)

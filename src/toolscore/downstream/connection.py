@@ -41,10 +41,11 @@ from toolscore.config import ServerConfig
 from toolscore.downstream.breaker import Breaker
 from toolscore.downstream.catalog import ServerLists
 from toolscore.downstream.modern import ModernLink, RelayedError, RelayedInputRequired, front_call
-from toolscore.downstream.raw import RawResult
+from toolscore.downstream.raw import RawChannel, RawResult
 from toolscore.downstream.relay import Peer, calling_peer, no_peer_error
 from toolscore.downstream.transports import Transport
 from toolscore.errors import DownstreamProtocolError, DownstreamUnavailable
+from toolscore.telemetry import tracing
 from toolscore.types import Arguments, ProgressFn
 
 __all__ = ["Downstream", "ServerState", "ServerStatus"]
@@ -294,7 +295,7 @@ class Downstream:
         raw = await self._relay("tools/call", {"name": tool, "arguments": arguments}, what, progress)
         if raw is not None:
             return self._without_stamp(self._parse(raw, mcp_types.CallToolResult, what))
-        channel = self.transport.raw
+        channel = self._raw_channel()
         if channel is not None:  # stdio: the gateway's own request line, one decoding of the answer
             async with self._call_exchange(tool):
                 answer = await channel.call(tool, arguments, progress=progress)
@@ -351,11 +352,7 @@ class Downstream:
                 )
             except MCPError as exc:
                 if exc.code != mcp_types.CONNECTION_CLOSED:
-                    raise RelayedError(
-                        f"Server '{self.name}' answered {what} with an error: {exc.message} (code {exc.code}).",
-                        server=self.name,
-                        error=exc.error,
-                    ) from None
+                    raise RelayedError.answered(self.name, what, exc.error) from None
                 link.lost(client)
             except (httpx2.TransportError, *_LOST_ERRORS):
                 link.lost(client)
@@ -391,12 +388,17 @@ class Downstream:
         the bytes then mean the same on both sides. Otherwise, and for whatever the fast reading
         cannot vouch for (`toolscore.downstream.raw`), the result is the SDK's model, as `call` gives.
         """
-        channel = self.transport.raw
+        channel = self._raw_channel()
         if channel is None or self.protocol_version != protocol_version:
             return await self.call(tool, arguments, progress=progress)
         async with self._call_exchange(tool):
             answer = await channel.call(tool, arguments, progress=progress)
         return answer if isinstance(answer, RawResult) else self._without_stamp(answer)
+
+    def _raw_channel(self) -> RawChannel | None:
+        """The gateway's own channel for `tools/call` (stdio), unless tracing is on: the SDK's client
+        span carries the trace to the server in the request's `_meta`."""
+        return self.transport.raw if tracing.tracer is None else None
 
     @property
     def protocol_version(self) -> str | None:
@@ -414,12 +416,7 @@ class Downstream:
             except MCPError as exc:
                 if exc.code == mcp_types.CONNECTION_CLOSED:
                     raise  # `_exchange` says the server is being restarted
-                raise DownstreamProtocolError(
-                    f"Server '{self.name}' answered the call to '{tool}' with an error: {exc.message} "
-                    f"(code {exc.code}).",
-                    server=self.name,
-                    error=exc.error,
-                ) from None
+                raise DownstreamProtocolError.answered(self.name, f"the call to '{tool}'", exc.error) from None
 
     @staticmethod
     def _without_stamp(result: mcp_types.CallToolResult) -> mcp_types.CallToolResult:

@@ -8,12 +8,14 @@ newest one (sdk-notes: "route them to the newest in-flight front call for that d
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Protocol
 
 import mcp_types
 
-__all__ = ["Peer", "calling_peer", "no_peer_error"]
+__all__ = ["Peer", "calling_peer", "no_peer_error", "on_behalf_of"]
 
 
 class Peer(Protocol):
@@ -46,6 +48,17 @@ class Peer(Protocol):
 
 calling_peer: ContextVar[Peer | None] = ContextVar("toolscore_calling_peer", default=None)
 """The front client of the request being handled in this task (None outside a front request)."""
+
+
+@contextmanager
+def on_behalf_of(peer: Peer) -> Iterator[None]:
+    """The block serves `peer`'s request: downstream requests and logs go to it; it is detached after."""
+    token = calling_peer.set(peer)
+    try:
+        yield
+    finally:
+        calling_peer.reset(token)
+        peer.detach()  # the request is over: the peer must not outlive it
 
 
 def no_peer_error(server: str, what: str) -> mcp_types.ErrorData:

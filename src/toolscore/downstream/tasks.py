@@ -103,8 +103,4 @@ async def _ask(downstream: Downstream, method: str, params: dict[str, Any], what
     try:
         return await downstream.request_raw(method, params, what)
     except MCPError as exc:
-        raise DownstreamProtocolError(
-            f"Server '{downstream.name}' answered {what} with an error: {exc.message} (code {exc.code}).",
-            server=downstream.name,
-            error=exc.error,
-        ) from None
+        raise DownstreamProtocolError.answered(downstream.name, what, exc.error) from None

@@ -31,7 +31,7 @@ from toolscore._sdk import connection_of
 from toolscore.downstream.catalog import Catalog
 from toolscore.downstream.hub import DownstreamHub
 from toolscore.downstream.registry import Route
-from toolscore.downstream.relay import Peer, calling_peer
+from toolscore.downstream.relay import Peer, on_behalf_of
 from toolscore.errors import DownstreamProtocolError, DownstreamUnavailable, Rejected, ToolscoreError
 from toolscore.front.callers import Callers
 from toolscore.front.relaying import relayed
@@ -161,11 +161,7 @@ def install_catalog(
                     name, request, mcp_types.ReadResourceResult, what, caller=caller
                 )
             except MCPError as exc:
-                raise DownstreamProtocolError(
-                    f"Server '{name}' answered {what} with an error: {exc.message} (code {exc.code}).",
-                    server=name,
-                    error=exc.error,
-                ) from None
+                raise DownstreamProtocolError.answered(name, what, exc.error) from None
             blocks: list[mcp_types.ContentBlock] = []
             for contents in result.contents:
                 public = catalog().public_uri(name, str(contents.uri))
@@ -174,9 +170,7 @@ def install_catalog(
                 )
             return mcp_types.CallToolResult(content=blocks, _meta=result.meta)
 
-        peer = peer_for(ctx)
-        token = calling_peer.set(peer)
-        try:
+        with on_behalf_of(peer_for(ctx)):
             outcome = await engine.execute(
                 READ_TOOL,
                 {"uri": original},
@@ -185,9 +179,6 @@ def install_catalog(
                 route=_read_route(hub, name),
                 invoke=invoke,
             )
-        finally:
-            calling_peer.reset(token)
-            peer.detach()  # the request is over: the peer must not outlive it
         if outcome.error is not None:
             raise _failure(outcome.error)
         if outcome.result.is_error:  # a post hook answered in the read's place
@@ -315,15 +306,11 @@ def install_catalog(
     async def forward(
         ctx: ServerRequestContext[Any], name: str, request: Any, result_type: type[Any], what: str
     ) -> Any:
-        peer = peer_for(ctx)
-        token = calling_peer.set(peer)
         try:
-            return await hub.request(name, request, result_type, what, caller=callers.identify(ctx))
+            with on_behalf_of(peer_for(ctx)):
+                return await hub.request(name, request, result_type, what, caller=callers.identify(ctx))
         except ToolscoreError as exc:
             raise _failure(exc) from None
-        finally:
-            calling_peer.reset(token)
-            peer.detach()  # the request is over: the peer must not outlive it
 
     handlers: list[tuple[str, type[Any], Any]] = [
         ("resources/list", mcp_types.PaginatedRequestParams, list_resources),

@@ -25,7 +25,7 @@ from toolscore._sdk import connection_of
 from toolscore._version import __version__
 from toolscore.downstream.hub import DownstreamHub
 from toolscore.downstream.modern import RelayedError, RelayedInputRequired
-from toolscore.downstream.relay import calling_peer
+from toolscore.downstream.relay import calling_peer, on_behalf_of
 from toolscore.errors import DownstreamProtocolError, InputRequired, Rejected
 from toolscore.front.callers import Callers
 from toolscore.front.catalog import install_catalog
@@ -372,9 +372,7 @@ def build_server(
     ) -> CallOutcome:
         # The hot path's passthrough call: the engine call below, with the result kept as bytes.
         caller = callers.identify(ctx)
-        peer = peer_for(ctx)
-        token = calling_peer.set(peer)
-        try:
+        with on_behalf_of(peer_for(ctx)):
             return await engine.execute(
                 params.name,
                 params.arguments,
@@ -384,9 +382,6 @@ def build_server(
                 confirm=confirmer(ctx, params, caller, sealer),
                 raw_for=raw_for,
             )
-        finally:
-            calling_peer.reset(token)
-            peer.detach()
 
     def passthrough(name: str) -> bool:
         if name == ORCHESTRATE or (delegator is not None and name == DELEGATE):

@@ -34,7 +34,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from toolscore._engine import ToolExecutionEngine
 from toolscore.downstream.hub import DownstreamHub
 from toolscore.downstream.registry import Route
-from toolscore.downstream.relay import calling_peer
+from toolscore.downstream.relay import on_behalf_of
 from toolscore.downstream.tasks import CREATED_TASK_META_KEY, requested_task, tool_result
 from toolscore.errors import DownstreamProtocolError, Rejected, ToolscoreError
 from toolscore.front.callers import Callers
@@ -177,17 +177,14 @@ def install_tasks(
     async def relay(ctx: ServerRequestContext[Any], method: str, task_id: str) -> dict[str, Any]:
         caller = callers.identify(ctx)
         name, own = routes.route(caller, task_id)
-        peer = peer_for(ctx)
-        token = calling_peer.set(peer)
         try:
-            raw = await hub.request_raw(name, method, {"taskId": own}, f"{method} of task '{task_id}'", caller=caller)
+            with on_behalf_of(peer_for(ctx)):
+                what = f"{method} of task '{task_id}'"
+                raw = await hub.request_raw(name, method, {"taskId": own}, what, caller=caller)
         except MCPError:
             raise  # the server's own error, unchanged
         except ToolscoreError as exc:
             raise _failure(exc) from None
-        finally:
-            calling_peer.reset(token)
-            peer.detach()
         return _renamed(raw, task_id)
 
     async def get_task(ctx: ServerRequestContext[Any], params: mcp_types.GetTaskRequestParams) -> dict[str, Any]:
@@ -207,16 +204,11 @@ def install_tasks(
             try:
                 raw = await hub.request_raw(name, RESULT_TOOL, {"taskId": own}, what, caller=caller)
             except MCPError as exc:
-                raise DownstreamProtocolError(
-                    f"Server '{name}' answered {what} with an error: {exc.message} (code {exc.code}).",
-                    server=name,
-                    error=exc.error,
-                ) from None
+                raise DownstreamProtocolError.answered(name, what, exc.error) from None
             return tool_result(name, raw, what)
 
-        peer = peer_for(ctx)  # an elicitation tied to the task comes while the server holds this request
-        token = calling_peer.set(peer)
-        try:
+        # An elicitation tied to the task comes while the server holds this request.
+        with on_behalf_of(peer_for(ctx)):
             outcome = await engine.execute(
                 RESULT_TOOL,
                 {"taskId": own},
@@ -225,9 +217,6 @@ def install_tasks(
                 route=_result_route(hub, name),
                 invoke=invoke,
             )
-        finally:
-            calling_peer.reset(token)
-            peer.detach()
         if outcome.error is not None:
             raise _failure(outcome.error)
         dumped = outcome.result.model_dump(by_alias=True, mode="json", exclude_none=True)
