@@ -12,15 +12,14 @@ import json
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import anyio
 import mcp_types
 import pytest
-from anyio.abc import Process
 from anyio.streams.buffered import BufferedByteReceiveStream
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -28,6 +27,9 @@ from mcp import Client, StdioServerParameters
 
 from tests.conftest import FIXTURE_SERVER, TOOLSCORE, write_config
 from tests.fixtures.corpus_server import CASES, ENVELOPES
+from toolscore import load_config, open_gateway
+from toolscore._lines import LineWriter, read_lines
+from toolscore.front.stdio import stdio_transport
 
 pytestmark = pytest.mark.anyio
 
@@ -39,20 +41,18 @@ _LIMIT = 64 << 20
 class LineClient:
     """A JSON-RPC client over the gateway's stdin/stdout that keeps every line as bytes."""
 
-    def __init__(self, process: Process) -> None:
-        assert process.stdin is not None and process.stdout is not None
-        self._process = process
-        self._stdin = process.stdin
-        self._out = BufferedByteReceiveStream(process.stdout)
+    def __init__(self, write: Callable[[bytes], Awaitable[object]], lines: AsyncIterator[bytes]) -> None:
+        self._write = write
+        self._lines = lines
         self.other: list[bytes] = []
         """Lines read while waiting for an answer (notifications, other answers)."""
 
     async def send(self, message: dict[str, Any] | bytes) -> None:
         data = message if isinstance(message, bytes) else json.dumps(message).encode()
-        await self._stdin.send(data + b"\n")
+        await self._write(data + b"\n")
 
     async def line(self) -> bytes:
-        return await self._out.receive_until(b"\n", _LIMIT)
+        return await anext(self._lines)
 
     async def answer(self, request_id: int | str) -> bytes:
         """The answer line for `request_id`; what came before it is kept in `other`."""
@@ -72,27 +72,77 @@ class LineClient:
         await self.start(request_id, name, arguments, **params)
         return await self.answer(request_id)
 
+    async def handshake(self, version: str) -> None:
+        hello = {"protocolVersion": version, "capabilities": {}, "clientInfo": {"name": "lines", "version": "1"}}
+        await self.send({"jsonrpc": "2.0", "id": "init", "method": "initialize", "params": hello})
+        await self.answer("init")
+        await self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        # The hot path starts once the SDK has handled that notification (a call racing it is the SDK's).
+        await self.send({"jsonrpc": "2.0", "id": "ping", "method": "ping"})
+        await self.answer("ping")
+
+
+async def _receive_lines(stream: BufferedByteReceiveStream) -> AsyncIterator[bytes]:
+    while True:
+        yield await stream.receive_until(b"\n", _LIMIT)
+
 
 @asynccontextmanager
 async def gateway(config: Path, *, version: str = LATEST) -> AsyncIterator[LineClient]:
+    """`toolscore serve` as a client starts it."""
     process = await anyio.open_process([TOOLSCORE, "serve", "--config", str(config)], stderr=sys.stderr)
     async with process:
-        client = LineClient(process)
-        hello = {"protocolVersion": version, "capabilities": {}, "clientInfo": {"name": "lines", "version": "1"}}
-        await client.send({"jsonrpc": "2.0", "id": "init", "method": "initialize", "params": hello})
-        await client.answer("init")
-        await client.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
-        # The hot path starts once the SDK has handled that notification (a call racing it is the SDK's).
-        await client.send({"jsonrpc": "2.0", "id": "ping", "method": "ping"})
-        await client.answer("ping")
+        assert process.stdin is not None and process.stdout is not None
+        client = LineClient(process.stdin.send, _receive_lines(BufferedByteReceiveStream(process.stdout)))
+        await client.handshake(version)
         try:
             yield client
         finally:
-            await client._stdin.aclose()
+            await process.stdin.aclose()
             with anyio.move_on_after(10):
                 await process.wait()
             if process.returncode is None:
                 process.kill()
+
+
+@asynccontextmanager
+async def gateway_in_process(config: Path, *, version: str = LATEST) -> AsyncIterator[LineClient]:
+    """The same front on a pair of pipes in this process (its servers are still subprocesses)."""
+    server_in, client_out = os.pipe()
+    client_in, server_out = os.pipe()
+    os.set_blocking(client_out, False)
+    os.set_blocking(client_in, False)
+    ended = anyio.Event()
+    async with open_gateway(load_config(config)) as gw, anyio.create_task_group() as tg:
+        await gw.hub.wait_started()
+
+        async def serve() -> None:
+            async with stdio_transport(server_in, server_out, fast=gw.server.fast) as (read, write):
+                await gw.server.run(read, write, gw.server.create_initialization_options())
+            ended.set()
+
+        tg.start_soon(serve)
+        lines = (line async for line in read_lines(client_in, _LIMIT) if isinstance(line, bytes))
+        client = LineClient(LineWriter(client_out).write, lines)
+        await client.handshake(version)
+        try:
+            yield client
+        finally:
+            os.close(client_out)  # end of input: the front ends, as on stdin EOF
+            with anyio.move_on_after(10):
+                await ended.wait()
+            tg.cancel_scope.cancel()
+    for fd in (server_in, server_out, client_in):
+        os.close(fd)
+
+
+Launch = Callable[..., AbstractAsyncContextManager[LineClient]]
+
+
+@pytest.fixture(params=["process", "in-process"])
+def launch(request: pytest.FixtureRequest) -> Launch:
+    """`toolscore serve` as a client runs it, and the same front in this process (measured by coverage)."""
+    return gateway if request.param == "process" else gateway_in_process
 
 
 def corpus_config(tmp_path: Path, **sections: Any) -> Path:
@@ -119,8 +169,8 @@ def audit(tmp_path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in (tmp_path / "audit.jsonl").read_text().splitlines()]
 
 
-async def test_every_corpus_result_reaches_the_client_byte_for_byte(tmp_path: Path) -> None:
-    async with gateway(corpus_config(tmp_path)) as client:
+async def test_every_corpus_result_reaches_the_client_byte_for_byte(tmp_path: Path, launch: Launch) -> None:
+    async with launch(corpus_config(tmp_path)) as client:
         n = 0
         for envelope in ENVELOPES:
             for name, expected in CASES.items():
@@ -138,24 +188,24 @@ async def test_every_corpus_result_reaches_the_client_byte_for_byte(tmp_path: Pa
     assert large["actual_tokens"] == -(-5 * (1 << 20) // 4) + -(-arguments // 4)  # 5 MiB of text, and the arguments
 
 
-async def test_an_older_protocol_version_gets_the_sdks_reencoded_result(tmp_path: Path) -> None:
+async def test_an_older_protocol_version_gets_the_sdks_reencoded_result(tmp_path: Path, launch: Launch) -> None:
     # The SDK sieves results per version; bytes negotiated at another version are not passed on.
-    async with gateway(corpus_config(tmp_path), version="2025-06-18") as client:
+    async with launch(corpus_config(tmp_path), version="2025-06-18") as client:
         line = await client.call(1, "c__case", {"name": "spaced"})
         assert result_bytes(line, 1) != CASES["spaced"]
         assert json.loads(line)["result"]["content"] == json.loads(CASES["spaced"])["content"]
 
 
-async def test_result_rules_make_the_call_take_the_model_path(tmp_path: Path) -> None:
+async def test_result_rules_make_the_call_take_the_model_path(tmp_path: Path, launch: Launch) -> None:
     constraints = {"enabled": True, "results": {"redact": True, "redact_patterns": ["caf\u00e9"]}}
-    async with gateway(corpus_config(tmp_path, constraints=constraints)) as client:
+    async with launch(corpus_config(tmp_path, constraints=constraints)) as client:
         line = await client.call(1, "c__case", {"name": "unicode"})
     text = json.loads(line)["result"]["content"][0]["text"]
     assert "caf\u00e9" not in text and "\U0001f600" in text  # redacted: the rule saw the result
 
 
-async def test_progress_reaches_the_client_before_the_answer(tmp_path: Path) -> None:
-    async with gateway(corpus_config(tmp_path)) as client:
+async def test_progress_reaches_the_client_before_the_answer(tmp_path: Path, launch: Launch) -> None:
+    async with launch(corpus_config(tmp_path)) as client:
         line = await client.call(7, "c__progress", {"steps": 3}, _meta={"progressToken": "tok"})
         assert result_bytes(line, 7) == CASES["text"]
         notes = [json.loads(other) for other in client.other]
@@ -166,8 +216,8 @@ async def test_progress_reaches_the_client_before_the_answer(tmp_path: Path) -> 
     ]
 
 
-async def test_a_cancelled_call_gets_no_answer_and_is_cancelled_downstream(tmp_path: Path) -> None:
-    async with gateway(corpus_config(tmp_path)) as client:
+async def test_a_cancelled_call_gets_no_answer_and_is_cancelled_downstream(tmp_path: Path, launch: Launch) -> None:
+    async with launch(corpus_config(tmp_path)) as client:
         await client.start(1, "c__sleep", {"seconds": 30})
         await anyio.sleep(0.5)
         await client.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1}})
@@ -180,12 +230,12 @@ async def test_a_cancelled_call_gets_no_answer_and_is_cancelled_downstream(tmp_p
     assert [r["error_kind"] for r in audit(tmp_path) if r["tool"] == "c__sleep"] == ["cancelled"]
 
 
-async def test_a_deadline_cancels_the_call_downstream(tmp_path: Path) -> None:
+async def test_a_deadline_cancels_the_call_downstream(tmp_path: Path, launch: Launch) -> None:
     config = corpus_config(tmp_path)
     data = json.loads(config.read_text())
     data["mcpServers"]["c"]["timeout"] = 0.5
     config.write_text(json.dumps(data))
-    async with gateway(config) as client:
+    async with launch(config) as client:
         line = await client.call(1, "c__sleep", {"seconds": 30})
         await appears(tmp_path / "cancelled.log")
     answer = json.loads(line)["result"]
@@ -203,8 +253,8 @@ async def test_a_server_killed_mid_call_gives_that_call_an_error(tmp_path: Path)
     assert answer["isError"] is True and "closed the connection" in answer["content"][0]["text"]
 
 
-async def test_a_json_rpc_error_from_the_server_becomes_a_tool_error(tmp_path: Path) -> None:
-    async with gateway(corpus_config(tmp_path)) as client:
+async def test_a_json_rpc_error_from_the_server_becomes_a_tool_error(tmp_path: Path, launch: Launch) -> None:
+    async with launch(corpus_config(tmp_path)) as client:
         line = await client.call(1, "c__rpc_error", {})
     answer = json.loads(line)["result"]
     assert answer["isError"] is True
