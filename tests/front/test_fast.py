@@ -25,7 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mcp import Client, StdioServerParameters
 
-from tests.conftest import FIXTURE_SERVER, TOOLSCORE, write_config
+from tests.conftest import FIXTURE_SERVER, TOOLSCORE, fixture_entry, write_config
 from tests.fixtures.corpus_server import CASES, ENVELOPES
 from toolscore import load_config, open_gateway
 from toolscore._lines import LineWriter, read_lines
@@ -72,8 +72,12 @@ class LineClient:
         await self.start(request_id, name, arguments, **params)
         return await self.answer(request_id)
 
-    async def handshake(self, version: str) -> None:
-        hello = {"protocolVersion": version, "capabilities": {}, "clientInfo": {"name": "lines", "version": "1"}}
+    async def handshake(self, version: str, capabilities: dict[str, Any] | None = None) -> None:
+        hello = {
+            "protocolVersion": version,
+            "capabilities": capabilities or {},
+            "clientInfo": {"name": "lines", "version": "1"},
+        }
         await self.send({"jsonrpc": "2.0", "id": "init", "method": "initialize", "params": hello})
         await self.answer("init")
         await self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
@@ -88,13 +92,15 @@ async def _receive_lines(stream: BufferedByteReceiveStream) -> AsyncIterator[byt
 
 
 @asynccontextmanager
-async def gateway(config: Path, *, version: str = LATEST) -> AsyncIterator[LineClient]:
+async def gateway(
+    config: Path, *, version: str = LATEST, capabilities: dict[str, Any] | None = None
+) -> AsyncIterator[LineClient]:
     """`toolscore serve` as a client starts it."""
     process = await anyio.open_process([TOOLSCORE, "serve", "--config", str(config)], stderr=sys.stderr)
     async with process:
         assert process.stdin is not None and process.stdout is not None
         client = LineClient(process.stdin.send, _receive_lines(BufferedByteReceiveStream(process.stdout)))
-        await client.handshake(version)
+        await client.handshake(version, capabilities)
         try:
             yield client
         finally:
@@ -106,7 +112,9 @@ async def gateway(config: Path, *, version: str = LATEST) -> AsyncIterator[LineC
 
 
 @asynccontextmanager
-async def gateway_in_process(config: Path, *, version: str = LATEST) -> AsyncIterator[LineClient]:
+async def gateway_in_process(
+    config: Path, *, version: str = LATEST, capabilities: dict[str, Any] | None = None
+) -> AsyncIterator[LineClient]:
     """The same front on a pair of pipes in this process (its servers are still subprocesses)."""
     server_in, client_out = os.pipe()
     client_in, server_out = os.pipe()
@@ -124,7 +132,7 @@ async def gateway_in_process(config: Path, *, version: str = LATEST) -> AsyncIte
         tg.start_soon(serve)
         lines = (line async for line in read_lines(client_in, _LIMIT) if isinstance(line, bytes))
         client = LineClient(LineWriter(client_out).write, lines)
-        await client.handshake(version)
+        await client.handshake(version, capabilities)
         try:
             yield client
         finally:
@@ -354,3 +362,20 @@ async def test_sampling_elicitation_and_logs_of_a_fast_call_reach_the_client(tmp
     assert "forty-two" in str(sampled.content)
     assert not sampled.is_error and not declined.is_error and "decline" in str(declined.content)
     assert len(logs) == 3
+
+
+async def test_a_destructive_call_asks_the_user_through_the_fast_path(tmp_path: Path, launch: Launch) -> None:
+    # The gateway's own question (policy `destructive: confirm`) goes to the client tied to the call.
+    constraints = {"enabled": True, "destructive": "confirm"}
+    config = write_config(tmp_path, {"fx": fixture_entry(tmp_path)}, constraints=constraints)
+    async with launch(config, capabilities={"elicitation": {}}) as client:
+        answers = {"yes": {"action": "accept", "content": {"confirm": True}}, "no": {"action": "decline"}}
+        results = {}
+        for n, (key, answer) in enumerate(answers.items(), 1):
+            await client.start(n, "fx__delete", {"key": key})
+            question = json.loads(await client.line())
+            assert question["method"] == "elicitation/create" and "fx__delete" in question["params"]["message"]
+            await client.send({"jsonrpc": "2.0", "id": question["id"], "result": answer})
+            results[key] = json.loads(await client.answer(n))["result"]
+    assert not results["yes"].get("isError") and (tmp_path / "deleted-yes").exists()
+    assert results["no"]["isError"] is True and not (tmp_path / "deleted-no").exists()

@@ -11,7 +11,10 @@ and one byte of invalid UTF-8 fails its decoder and drops the connection. Here, 
   it answers, and that request gets a JSON-RPC error naming the limit (the rest is skipped up to
   the next newline);
 - invalid UTF-8 in a line is replaced (U+FFFD) and logged, instead of dropping the connection;
-  a line that is not JSON-RPC at all is logged and skipped.
+  a line that is not JSON-RPC at all is logged and skipped;
+- the gateway's own `tools/call` requests share the pipes (`raw.RawChannel`): both writers write
+  whole lines through one `LineWriter`, and the reader hands the channel its answers (and log
+  messages while a call is in flight) before the SDK would parse them.
 
 The child runs in its own session (a process group), so closing kills everything it started:
 stdin is closed first (the spec's polite request), then SIGTERM to the group after a grace
