@@ -22,6 +22,7 @@ from toolscore.config import Config, server_log_dir, state_dir
 from toolscore.downstream.connection import ServerState
 from toolscore.downstream.hub import DownstreamHub, open_hub
 from toolscore.front.callers import Callers
+from toolscore.front.plan_tasks import running_plans
 from toolscore.front.server import FrontServer, build_server, exposed_tools
 from toolscore.loop.tool import DELEGATE, Delegator
 from toolscore.plan.tool import ORCHESTRATE, Orchestrator
@@ -215,7 +216,8 @@ async def open_gateway(
             if tracing.tracer is not None:  # an HTTP `traceparent` continues the caller's trace
                 server.middleware.insert(0, tracing.TraceparentMiddleware())
             try:
-                yield Gateway(config, hub, engine, server, orchestrator, toolhub, delegator, metrics, console)
+                async with running_plans(server.plan_tasks):  # plans run as tasks end with the gateway
+                    yield Gateway(config, hub, engine, server, orchestrator, toolhub, delegator, metrics, console)
             finally:
                 with anyio.CancelScope(shield=True):
                     await delegator.aclose()

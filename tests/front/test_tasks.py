@@ -2,21 +2,34 @@
 require a task answering plain calls.
 
 A real client against the real front; the downstreams are the task fixture as stdio subprocesses.
-Two copies of it hand out the same task ids, so the second one's are renamed.
+Two copies of it hand out the same task ids, so the second one's are renamed. The gateway's own
+plans run as tasks too, their steps on those servers and on the plain fixture (`fx`).
 """
 
 from __future__ import annotations
 
+import json
+import re
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import mcp_types
 import pytest
 from mcp import Client, MCPError, StdioServerParameters
 
-from tests.conftest import FIXTURES, TOOLSCORE, make_config, memory_gateway, running_gateway, text, write_config
+from tests.conftest import (
+    FIXTURES,
+    TOOLSCORE,
+    fixture_entry,
+    make_config,
+    memory_gateway,
+    running_gateway,
+    text,
+    write_config,
+)
 from tests.stack.test_third_party import EVERYTHING
 from toolscore import Gateway, MemoryAuditSink
 from toolscore._sdk import send_raw_request
@@ -33,10 +46,15 @@ def anyio_backend() -> str:
 
 @pytest.fixture(scope="module")
 async def pair(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[tuple[Gateway, MemoryAuditSink]]:
+    state = tmp_path_factory.mktemp("tasks")
     config = make_config(
-        {"a": {"command": sys.executable, "args": [TASKS]}, "b": {"command": sys.executable, "args": [TASKS]}}
+        {
+            "a": {"command": sys.executable, "args": [TASKS]},
+            "b": {"command": sys.executable, "args": [TASKS]},
+            "fx": fixture_entry(state),
+        }
     )
-    async with running_gateway(config, tmp_path_factory.mktemp("tasks")) as running:
+    async with running_gateway(config, state) as running:
         yield running
 
 
@@ -127,14 +145,85 @@ async def test_an_elicitation_tied_to_a_task_reaches_the_client_that_runs_it(
     assert asked == ["Which moths?", "Which moths?"]
 
 
-async def test_a_plan_asked_for_as_a_task_runs_its_steps_as_plain_calls(pair: tuple[Gateway, MemoryAuditSink]) -> None:
-    gateway, _ = pair
-    plan = '<a><quick id="q">{"text": "in a plan"}</quick></a>'
+def _without_ids(answer: dict[str, Any]) -> str:
+    """A plan's answer less what differs from run to run: its episode and plan ids, and timings."""
+    structured = answer["structuredContent"]
+    dumped = json.dumps({k: v for k, v in answer.items() if k != "_meta"}, sort_keys=True)
+    dumped = dumped.replace(structured["episode"], "E").replace(structured["plan_id"], "P")
+    return re.sub(r'ms=\\"[0-9.]+\\"|"ms": [0-9.]+', "ms", dumped)
+
+
+async def test_a_plan_asked_for_as_a_task_answers_at_once_and_later_what_a_plain_call_answers(
+    pair: tuple[Gateway, MemoryAuditSink],
+) -> None:
+    gateway, sink = pair
+    # The sleep keeps the task working for the first tasks/get; `quick` runs as a plain call in a plan.
+    plan = '<a><quick id="q">{"text": "in a plan"}</quick></a><fx><sleep>{"seconds": 2}</sleep></fx>'
     async with Client(gateway.server, mode="legacy") as client:
-        answer = await send_raw_request(
-            client, "tools/call", {"name": "orchestrate", "arguments": {"plan": plan}, "task": {}}
+        listed = {t.name: t for t in (await client.list_tools()).tools}
+        execution = listed["orchestrate"].execution
+        assert execution is not None and execution.task_support == "optional"
+
+        with anyio.fail_after(1.5):  # at once: well before the plan's sleep ends
+            created = await send_raw_request(
+                client, "tools/call", {"name": "orchestrate", "arguments": {"plan": plan}, "task": {"ttl": 60000}}
+            )
+        task = created["task"]
+        task_id = task["taskId"]
+        assert task["status"] == "working" and task["ttl"] == 60000 and task["pollInterval"] > 0
+        assert len(task_id) >= 16 and task["createdAt"] and "content" not in created
+        assert (await send_raw_request(client, "tasks/get", {"taskId": task_id}))["status"] == "working"
+
+        done = await send_raw_request(client, "tasks/result", {"taskId": task_id})
+        assert done["_meta"]["io.modelcontextprotocol/related-task"] == {"taskId": task_id}
+        assert "at once: in a plan" in done["content"][0]["text"]
+        status = await send_raw_request(client, "tasks/get", {"taskId": task_id})
+        assert status["status"] == "completed" and status["taskId"] == task_id
+        assert task_id in [t["taskId"] for t in (await send_raw_request(client, "tasks/list", None))["tasks"]]
+        assert sink.records[-1].tool == "orchestrate" and sink.records[-1].success
+
+        plain = await send_raw_request(client, "tools/call", {"name": "orchestrate", "arguments": {"plan": plan}})
+    assert _without_ids(done) == _without_ids(plain)
+
+
+async def test_a_plan_task_is_its_clients_alone_and_cancelling_it_cancels_its_steps(
+    pair: tuple[Gateway, MemoryAuditSink],
+) -> None:
+    gateway, sink = pair
+    plan = (
+        '<parallel><fx><sleep>{"seconds": 30, "tag": "plan-task"}</sleep></fx>'
+        '<fx><echo>{"text": "started"}</echo></fx></parallel>'
+    )
+    async with Client(gateway.server, mode="legacy") as owner, Client(gateway.server, mode="legacy") as other:
+        before = len(sink.records)
+        created = await send_raw_request(
+            owner, "tools/call", {"name": "orchestrate", "arguments": {"plan": plan}, "task": {}}
         )
-    assert "task" not in answer and "at once: in a plan" in str(answer["content"])
+        task_id = created["task"]["taskId"]
+        assert created["task"]["ttl"] > 0  # the gateway's own, when the client names none
+        with anyio.fail_after(10):  # the echo beside it has answered: the sleep is in flight
+            while not any(r.tool == "fx__echo" for r in sink.records[before:]):  # noqa: ASYNC110 - the audit sink has no event
+                await anyio.sleep(0.01)
+
+        assert (await send_raw_request(other, "tasks/list", None))["tasks"] == []
+        for method in ("tasks/get", "tasks/cancel", "tasks/result"):
+            with pytest.raises(MCPError, match="Unknown task") as unknown:
+                await send_raw_request(other, method, {"taskId": task_id})
+            assert unknown.value.code == mcp_types.INVALID_PARAMS
+        mine = (await send_raw_request(owner, "tasks/list", None))["tasks"]
+        assert [(t["taskId"], t["status"]) for t in mine] == [(task_id, "working")]
+
+        cancelled = await send_raw_request(owner, "tasks/cancel", {"taskId": task_id})
+        assert cancelled["status"] == "cancelled" and cancelled["taskId"] == task_id
+        slept = [r for r in sink.records[before:] if r.tool == "fx__sleep"]
+        assert (
+            len(slept) == 1 and slept[0].error_kind == "cancelled"
+        )  # the step in flight was cancelled, and audited so
+        with pytest.raises(MCPError, match="was cancelled"):
+            await send_raw_request(owner, "tasks/result", {"taskId": task_id})
+        with pytest.raises(MCPError, match="already ended"):
+            await send_raw_request(owner, "tasks/cancel", {"taskId": task_id})
+        assert (await send_raw_request(owner, "tasks/get", {"taskId": task_id}))["status"] == "cancelled"
 
 
 async def test_tasks_work_through_toolscore_serve_over_stdio(tmp_path: Path) -> None:
@@ -150,9 +239,21 @@ async def test_tasks_work_through_toolscore_serve_over_stdio(tmp_path: Path) -> 
         assert text(plain) == "report on rays [task-2]"
 
 
-async def test_tasks_are_not_declared_when_no_server_runs_them(tmp_path: Path) -> None:
+async def test_tasks_are_declared_for_plans_alone_unless_policy_forbids_orchestrate(tmp_path: Path) -> None:
     async with memory_gateway(tmp_path) as (gateway, _), Client(gateway.server, mode="legacy") as client:
+        tasks = client.server_capabilities.tasks
+        assert tasks is not None and tasks.requests is not None and tasks.requests.tools is not None
+    denied = {"enabled": True, "tools": {"deny": ["orchestrate"]}}
+    async with (
+        memory_gateway(tmp_path, constraints=denied) as (gateway, _),
+        Client(gateway.server, mode="legacy") as client,
+    ):
         assert client.server_capabilities.tasks is None
+        plan = '<fx><echo>{"text": "no"}</echo></fx>'
+        answer = await send_raw_request(
+            client, "tools/call", {"name": "orchestrate", "arguments": {"plan": plan}, "task": {}}
+        )
+        assert "task" not in answer and answer["isError"] is True  # refused at once, as a plain call is
 
 
 @pytest.mark.skipif(not EVERYTHING.exists(), reason="run ./scripts/setup to install the npm servers")

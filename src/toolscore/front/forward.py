@@ -4,9 +4,9 @@ Handshake era (up to 2025-11-25): each is sent to the client that made the reque
 request (`related_request_id`), only if the client declared the capability; otherwise the
 downstream gets a JSON-RPC error saying why. A 2026-07-28 client has no back-channel: a request
 that reaches the server over the main (handshake-era) connection gets the same kind of error;
-one relayed in that era (`downstream.modern`) gets input-required results instead. Log messages are tagged with the server
-(`logger: "<server>/<logger>"`) and filtered by the client's own `logging/setLevel`; the
-downstreams are asked for the level a client set last.
+one relayed in that era (`downstream.modern`) gets input-required results instead. Log messages
+are tagged with the server (`logger: "<server>/<logger>"`) and filtered by the client's own
+`logging/setLevel`; the downstreams are asked for the level a client set last.
 
 A client's `notifications/roots/list_changed` goes to the servers it may use (every shared one,
 and its own per-client instances); a `roots/list` a server sends back within a few seconds is

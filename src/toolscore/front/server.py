@@ -32,6 +32,7 @@ from toolscore.front.catalog import install_catalog
 from toolscore.front.confirm import Sealer, confirmer
 from toolscore.front.fast import FastCalls
 from toolscore.front.forward import FrontPeer, LogLevels, install_logging, install_roots
+from toolscore.front.plan_tasks import PlanTasks
 from toolscore.front.relaying import relayed
 from toolscore.front.tasks import install_tasks, tasks_capability
 from toolscore.loop.tool import DELEGATE, Delegator
@@ -71,6 +72,8 @@ class FrontServer(Server[Any]):
     """Whether some connected downstream declared a capability (`DownstreamHub.capable`)."""
     fast: FastCalls | None = None
     """The hot path for passthrough `tools/call`, taken by the stdio transport (`front.fast`)."""
+    plan_tasks: PlanTasks | None = None
+    """`orchestrate` run as a task (`front.plan_tasks`); the gateway runs them while open."""
 
     def get_capabilities(
         self,
@@ -95,7 +98,8 @@ class FrontServer(Server[Any]):
         }
         if caps.resources is not None and "resources" not in update and not has("subscribe"):
             update["resources"] = caps.resources.model_copy(update={"subscribe": False})
-        if has("tasks"):  # relayed to the servers that run them (toolscore.front.tasks)
+        # Relayed to the servers that run them, or the gateway's own plans (toolscore.front.tasks).
+        if has("tasks") or (self.plan_tasks is not None and self.plan_tasks.offered):
             update["tasks"] = tasks_capability()
         return caps.model_copy(update=update)
 
@@ -393,7 +397,7 @@ def build_server(
     server.available = hub.capable
     install_logging(server, hub, levels)
     install_catalog(server, hub, engine, callers, sessions, bus, peer_for)
-    install_tasks(server, hub, engine, callers, peer_for)
+    server.plan_tasks = install_tasks(server, hub, engine, callers, peer_for, plans=orchestrator.refusal is None)
     install_roots(server, hub, callers.identify, peer_for)
 
     async def tools_changed() -> None:

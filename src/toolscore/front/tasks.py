@@ -15,6 +15,9 @@ an invalid-params error, so one client can neither see nor cancel another's task
 server. `tasks/list` merges every server's list, keeping only the caller's tasks. `tasks/result`
 goes through the engine as the pseudo-tool `tasks/result` of its server, so post-execution
 policy (redaction, size limits) and the audit log apply to the result as to a call's.
+
+The gateway's own `orchestrate` runs as a task of its own when asked (`toolscore.front.plan_tasks`):
+its tasks sit in the same routes under the pseudo-server `GATEWAY`, so the same ownership holds.
 """
 
 from __future__ import annotations
@@ -39,6 +42,8 @@ from toolscore.downstream.tasks import CREATED_TASK_META_KEY, requested_task, to
 from toolscore.errors import DownstreamProtocolError, Rejected, ToolscoreError
 from toolscore.front.callers import Callers
 from toolscore.front.catalog import PeerFor
+from toolscore.front.plan_tasks import GATEWAY, PlanTasks
+from toolscore.plan.tool import ORCHESTRATE
 
 __all__ = ["MAX_TASKS_PER_CALLER", "RESULT_TOOL", "TaskRoutes", "install_tasks", "tasks_capability"]
 
@@ -142,11 +147,23 @@ def _result_route(hub: DownstreamHub, server: str) -> Route:
 
 
 def install_tasks(
-    server: Server[Any], hub: DownstreamHub, engine: ToolExecutionEngine, callers: Callers, peer_for: PeerFor
-) -> TaskRoutes:
-    """Serve task-augmented calls and `tasks/*` on `server`; the routes it keeps."""
+    server: Server[Any],
+    hub: DownstreamHub,
+    engine: ToolExecutionEngine,
+    callers: Callers,
+    peer_for: PeerFor,
+    *,
+    plans: bool = False,
+) -> PlanTasks:
+    """Serve task-augmented calls and `tasks/*` on `server`; the gateway's own tasks (run by `running_plans`).
+
+    Args:
+        plans: Whether `orchestrate` runs as a task when asked (policy does not forbid it).
+    """
     routes = TaskRoutes()
+    own = PlanTasks(offered=plans)
     callers.on_gone(routes.forget)
+    callers.on_gone(own.forget)
 
     async def task_calls(ctx: ServerRequestContext[Any], call_next: CallNext) -> HandlerResult:
         params = ctx.params
@@ -156,9 +173,16 @@ def install_tasks(
             or ctx.protocol_version in MODERN_PROTOCOL_VERSIONS  # no tasks in that revision
             or not isinstance(params, Mapping)
             or not isinstance(task := params.get("task"), Mapping)
-            # Only a downstream's own tool: a plan (`orchestrate`) must not turn its steps into tasks.
-            or hub.registry.get(str(params.get("name"))) is None
         ):
+            return await call_next(ctx)
+        name = str(params.get("name"))
+        if name == ORCHESTRATE and own.running:
+            # The plan answers later, from the background: the front's own orchestrate path, unchanged.
+            caller = callers.identify(ctx)
+            started = own.start(caller, task.get("ttl"), lambda: call_next(ctx))
+            return _renamed(started, routes.add(caller, GATEWAY, started["task"]["taskId"]))
+        if hub.registry.get(name) is None:
+            # Only a downstream's own tool: a plan's steps must not turn into tasks.
             return await call_next(ctx)
         token = requested_task.set(dict(task))
         try:
@@ -176,11 +200,15 @@ def install_tasks(
 
     async def relay(ctx: ServerRequestContext[Any], method: str, task_id: str) -> dict[str, Any]:
         caller = callers.identify(ctx)
-        name, own = routes.route(caller, task_id)
+        name, own_id = routes.route(caller, task_id)
+        if name == GATEWAY:
+            if method == "tasks/cancel":
+                return _renamed(await own.cancel(caller, own_id), task_id)
+            return _renamed(own.get(caller, own_id), task_id)
         try:
             with on_behalf_of(peer_for(ctx)):
                 what = f"{method} of task '{task_id}'"
-                raw = await hub.request_raw(name, method, {"taskId": own}, what, caller=caller)
+                raw = await hub.request_raw(name, method, {"taskId": own_id}, what, caller=caller)
         except MCPError:
             raise  # the server's own error, unchanged
         except ToolscoreError as exc:
@@ -197,12 +225,14 @@ def install_tasks(
         ctx: ServerRequestContext[Any], params: mcp_types.GetTaskPayloadRequestParams
     ) -> dict[str, Any]:
         caller = callers.identify(ctx)
-        name, own = routes.route(caller, params.task_id)
+        name, own_id = routes.route(caller, params.task_id)
+        if name == GATEWAY:  # the plan's result went through the engine step by step already
+            return _renamed(await own.result(caller, own_id), params.task_id)
         what = f"the result of task '{params.task_id}'"
 
         async def invoke() -> mcp_types.CallToolResult:
             try:
-                raw = await hub.request_raw(name, RESULT_TOOL, {"taskId": own}, what, caller=caller)
+                raw = await hub.request_raw(name, RESULT_TOOL, {"taskId": own_id}, what, caller=caller)
             except MCPError as exc:
                 raise DownstreamProtocolError.answered(name, what, exc.error) from None
             return tool_result(name, raw, what)
@@ -211,7 +241,7 @@ def install_tasks(
         with on_behalf_of(peer_for(ctx)):
             outcome = await engine.execute(
                 RESULT_TOOL,
-                {"taskId": own},
+                {"taskId": own_id},
                 request_id=ctx.request_id,
                 session_id=caller,
                 route=_result_route(hub, name),
@@ -228,6 +258,9 @@ def install_tasks(
         caller = callers.identify(ctx)
         merged: list[Any] = []
         for name, mine in routes.owned(caller).items():
+            if name == GATEWAY:
+                merged.extend(own.listed(caller, mine))
+                continue
             try:
                 merged.extend(await listed(name, caller, mine))
             except (MCPError, ToolscoreError) as exc:  # one server's failure must not hide the others' tasks
@@ -257,4 +290,4 @@ def install_tasks(
     ]
     for method, params_type, handler in handlers:
         server.add_request_handler(method, params_type, handler)
-    return routes
+    return own

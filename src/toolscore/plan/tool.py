@@ -196,6 +196,8 @@ class Orchestrator:
             description=description,
             input_schema=_SCHEMA,
             annotations=mcp_types.ToolAnnotations(read_only_hint=False, open_world_hint=True),
+            # A handshake-era client may run a plan as a task (toolscore.front.plan_tasks).
+            execution=mcp_types.ToolExecution(task_support="optional"),
         )
 
     def _limiter(self, server: str) -> anyio.CapacityLimiter:
