@@ -81,9 +81,6 @@ class LineClient:
         await self.send({"jsonrpc": "2.0", "id": "init", "method": "initialize", "params": hello})
         await self.answer("init")
         await self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
-        # The hot path starts once the SDK has handled that notification (a call racing it is the SDK's).
-        await self.send({"jsonrpc": "2.0", "id": "ping", "method": "ping"})
-        await self.answer("ping")
 
 
 async def _receive_lines(stream: BufferedByteReceiveStream) -> AsyncIterator[bytes]:
@@ -355,7 +352,6 @@ async def test_sampling_elicitation_and_logs_of_a_fast_call_reach_the_client(tmp
     async with Client(
         params, mode="legacy", sampling_callback=sample, elicitation_callback=elicit, logging_callback=log
     ) as client:
-        await client.call_tool("test_simple_text", {})  # past the handshake: the fast path is open
         sampled = await client.call_tool("test_sampling", {"prompt": "the answer?"})
         declined = await client.call_tool("test_elicitation", {"message": "name?"})
         await client.call_tool("test_tool_with_logging", {})

@@ -12,7 +12,8 @@ downstream's result bytes spliced into the response envelope when the engine kep
 `notifications/cancelled` for such a call cancels it here, and no answer is sent, as the SDK does.
 
 The path opens once the SDK has handled the client's `notifications/initialized` (its context is
-the template of each fast request's); a call that races that notification is the SDK's.
+the template of each fast request's): a `tools/call` read right after that notification waits
+for it to be handled (`settled`), so even a client's first call takes the hot path.
 Everything else goes to the SDK unchanged: the handshake, lists, other methods, a request this
 decoder does not fully understand (unknown params such as `task`, a lone surrogate, an id the SDK
 would refuse), every 2026-07-28 request, an older handshake version (whose results the SDK sieves
@@ -80,6 +81,8 @@ _params = msgspec.json.Decoder(_Params)
 _cancel = msgspec.json.Decoder(_Cancel)
 _encode = msgspec.json.Encoder().encode
 _TOOLS_CALL = b'"tools/call"'
+_INITIALIZED = b'"notifications/initialized"'
+_SETTLE_SECONDS = 1.0
 _CANCELLED = b'"notifications/cancelled"'
 
 
@@ -112,6 +115,9 @@ class FastCalls:
         self._serves = serves
         self._enabled = False
         self._template: ServerRequestContext[Any] | None = None
+        self._handshake_seen = False
+        self._settled = False
+        self._attached = anyio.Event()
         self._running: dict[int | str, anyio.CancelScope] = {}
 
     def enable(self) -> None:
@@ -122,6 +128,19 @@ class FastCalls:
         """The client finished the handshake (`ctx`: its `notifications/initialized`)."""
         if self._enabled and ctx.protocol_version == LATEST_HANDSHAKE_VERSION:
             self._template = ctx
+        self._attached.set()
+
+    async def settled(self, line: bytes) -> None:
+        """Before `take`: once the client's `notifications/initialized` has been read, a `tools/call`
+        waits (briefly) for the SDK to have handled it, so the call does not race it."""
+        if self._template is not None or not self._enabled or self._settled:
+            return
+        if not self._handshake_seen:
+            self._handshake_seen = _INITIALIZED in line
+        elif _TOOLS_CALL in line:
+            self._settled = True  # once: a handshake the SDK refused must not slow every call
+            with anyio.move_on_after(_SETTLE_SECONDS):
+                await self._attached.wait()
 
     def cancels(self, line: bytes) -> bool:
         """Cancel the fast call a `notifications/cancelled` line names; False: the SDK's to handle."""

@@ -81,12 +81,15 @@ async def _read_lines(
                 log.warning("request over the size limit refused", limit=limit)
                 error = _error(message_id(line.head), mcp_types.INVALID_REQUEST, f"the request exceeds {limit} bytes")
                 await answer.send(error)
-            elif fast is not None and fast.cancels(line):
                 continue
-            elif fast is not None and (job := fast.take(line)) is not None:
-                tg.start_soon(fast.run, job, answer.send)  # after EOF there is no one to answer
-            else:
-                await _deliver(line, sink, answer)
+            if fast is not None:
+                await fast.settled(line)
+                if fast.cancels(line):
+                    continue
+                if (job := fast.take(line)) is not None:
+                    tg.start_soon(fast.run, job, answer.send)  # after EOF there is no one to answer
+                    continue
+            await _deliver(line, sink, answer)
 
 
 async def _deliver(
