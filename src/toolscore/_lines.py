@@ -10,18 +10,22 @@ the last one stopped, so a long line costs one pass, not one pass per chunk.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
 from collections.abc import AsyncIterator
+from contextlib import suppress
 from dataclasses import dataclass
 
 import anyio
+import anyio.lowlevel
 import mcp_types
 
-__all__ = ["LineSplitter", "LineWriter", "Oversized", "message_id", "read_lines", "write_lines"]
+__all__ = ["LineSplitter", "LineWriter", "Oversized", "message_id", "read_lines", "widen_pipe", "write_lines"]
 
-_CHUNK = 1 << 16
+_CHUNK = 1 << 16  # below malloc's mmap threshold: a small message does not cost a mapping per read
+_PIPE_BYTES = 1 << 20
 
 _HEAD = 1024
 _ID = re.compile(rb'"id"\s*:\s*(-?\d{1,18}|"[^"\\]{0,256}")')
@@ -55,9 +59,11 @@ class LineSplitter:
         buffer = self._buffer
         buffer += chunk
         start = 0
+        view = memoryview(buffer)
         while (newline := buffer.find(b"\n", self._scanned)) >= 0:
-            out.append(bytes(buffer[start:newline]))
+            out.append(bytes(view[start:newline]))  # one copy, not a slice and then a copy of it
             start = self._scanned = newline + 1
+        view.release()  # a bytearray cannot be resized while viewed
         del buffer[:start]
         self._scanned = len(buffer)
         if len(buffer) > self._limit:
@@ -73,6 +79,20 @@ class LineSplitter:
         return bytes(self._buffer) if self._buffer.strip() else None
 
 
+def widen_pipe(fd: int) -> None:
+    """Let the pipe behind `fd` hold 1 MiB (Linux; 64 KiB by default), when the system allows.
+
+    A large message then crosses in a few writes and wake-ups instead of one per 64 KiB; a pipe that
+    cannot grow (a lower `/proc/sys/fs/pipe-max-size`, not a pipe at all) is left as it is.
+    """
+    get, put = getattr(fcntl, "F_GETPIPE_SZ", None), getattr(fcntl, "F_SETPIPE_SZ", None)
+    if get is None or put is None:  # not Linux
+        return
+    with suppress(OSError):
+        if fcntl.fcntl(fd, get) < _PIPE_BYTES:
+            fcntl.fcntl(fd, put, _PIPE_BYTES)
+
+
 def message_id(head: bytes) -> mcp_types.RequestId | None:
     """The id of a JSON-RPC message that could not be read whole, if its first bytes show it."""
     match = _ID.search(head)
@@ -84,19 +104,23 @@ async def read_lines(fd: int, limit: int) -> AsyncIterator[bytes | Oversized]:
     splitter = LineSplitter(limit)
     while True:
         await anyio.wait_readable(fd)
-        try:
-            chunk = os.read(fd, _CHUNK)
-        except BlockingIOError:
-            continue
-        except OSError:
-            return
-        if not chunk:
-            last = splitter.finish()
-            if last is not None:
-                yield last
-            return
-        for line in splitter.feed(chunk):
-            yield line
+        while True:  # a full chunk: more is likely there, read on without waiting on the selector
+            try:
+                chunk = os.read(fd, _CHUNK)
+            except BlockingIOError:
+                break
+            except OSError:
+                return
+            if not chunk:
+                last = splitter.finish()
+                if last is not None:
+                    yield last
+                return
+            for line in splitter.feed(chunk):
+                yield line
+            if len(chunk) < _CHUNK:
+                break
+            await anyio.lowlevel.checkpoint()  # others run between chunks: a flood cannot starve them
 
 
 class LineWriter:

@@ -42,7 +42,7 @@ import structlog
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.shared.message import SessionMessage
 
-from toolscore._lines import LineWriter, Oversized, message_id, read_lines, write_lines
+from toolscore._lines import LineWriter, Oversized, message_id, read_lines, widen_pipe, write_lines
 from toolscore.downstream.raw import RawChannel
 from toolscore.downstream.spawn import DEFAULT_ENV_KEYS as DEFAULT_ENV_KEYS
 from toolscore.downstream.spawn import USE_REAPER as _USE_REAPER
@@ -210,6 +210,8 @@ async def spawn_stdio(
         started.append(child)
     assert popen.stdin is not None and popen.stdout is not None
     stdin_fd, stdout_fd = popen.stdin.fileno(), popen.stdout.fileno()
+    for fd in (stdin_fd, stdout_fd):
+        widen_pipe(fd)
     os.set_blocking(stdin_fd, False)
     os.set_blocking(stdout_fd, False)
     lines_in = LineWriter(stdin_fd)

@@ -68,14 +68,6 @@ class _Progress(msgspec.Struct):
     message: str | None = None
 
 
-class _Summary(msgspec.Struct):
-    """What the engine reads of a `CallToolResult`; the rest stays undecoded."""
-
-    content: list[msgspec.Raw]
-    isError: bool | None = None
-    structuredContent: msgspec.Raw = msgspec.Raw()
-
-
 class _Contents(msgspec.Struct):
     uri: str
     text: str | None = None
@@ -92,10 +84,17 @@ class _Block(msgspec.Struct):
     name: str | None = None
 
 
+class _Summary(msgspec.Struct):
+    """What the engine reads of a `CallToolResult` (in one pass); the rest stays undecoded."""
+
+    content: list[_Block]
+    isError: bool | None = None
+    structuredContent: msgspec.Raw = msgspec.Raw()
+
+
 _incoming = msgspec.json.Decoder(_Incoming)
 _progress = msgspec.json.Decoder(_Progress)
 _summary = msgspec.json.Decoder(_Summary)
-_block = msgspec.json.Decoder(_Block)
 _encode = msgspec.json.Encoder().encode
 
 
@@ -114,9 +113,8 @@ class RawResult:
         return mcp_types.CallToolResult.model_validate_json(self.data)
 
 
-def _block_chars(raw: msgspec.Raw) -> int | None:
+def _block_chars(block: _Block) -> int | None:
     """The characters of one content block the estimate counts; None: a shape to leave to the SDK."""
-    block = _block.decode(raw)
     kind = block.type
     if kind == "text":
         return None if block.text is None else len(block.text)
@@ -127,8 +125,10 @@ def _block_chars(raw: msgspec.Raw) -> int | None:
         if res is None or (res.text is None) == (res.blob is None):
             return None
         return len(res.text if res.text is not None else res.blob or "")
-    if kind == "resource_link":
-        return None if block.uri is None or block.name is None else len(raw)
+    if kind == "resource_link":  # counted whole, as the models count a block of another kind
+        if block.uri is None or block.name is None:
+            return None
+        return len(_encode({k: v for k, v in msgspec.structs.asdict(block).items() if v is not None}))
     return None
 
 
@@ -139,8 +139,8 @@ def read_result(data: bytes) -> RawResult | None:
     try:
         summary = _summary.decode(data)
         chars = 0
-        for raw in summary.content:
-            size = _block_chars(raw)
+        for block in summary.content:
+            size = _block_chars(block)
             if size is None:
                 return None
             chars += size

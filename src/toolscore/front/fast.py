@@ -95,7 +95,8 @@ class Job:
 
 
 def _response(request_id: int | str, result: bytes) -> bytes:
-    return b'{"jsonrpc":"2.0","id":' + _encode(request_id) + b',"result":' + result + b"}\n"
+    # One copy of a large result, where a chain of `+` would copy it once per operand.
+    return b"".join((b'{"jsonrpc":"2.0","id":', _encode(request_id), b',"result":', result, b"}\n"))
 
 
 def _error_response(request_id: int | str, error: mcp_types.ErrorData) -> bytes:

@@ -28,7 +28,7 @@ from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.shared.message import SessionMessage
 
-from toolscore._lines import LineWriter, Oversized, message_id, read_lines, write_lines
+from toolscore._lines import LineWriter, Oversized, message_id, read_lines, widen_pipe, write_lines
 from toolscore.config import DEFAULT_MAX_REQUEST_BYTES
 from toolscore.front.fast import FastCalls
 
@@ -153,6 +153,8 @@ async def stdio_transport(
     if fast is not None:
         fast.enable()
     wire_out = os.dup(stdout_fd)
+    for fd in (stdin_fd, wire_out):
+        widen_pipe(fd)  # the client's pipes, when they are pipes: large messages in fewer wake-ups
     os.dup2(2, stdout_fd)  # stray writes to fd 1 now go to stderr
     blocking = {fd: os.get_blocking(fd) for fd in (stdin_fd, wire_out)}
     for fd in blocking:
