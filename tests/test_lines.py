@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import anyio
 import pytest
 
-from toolscore._lines import LineSplitter, LineWriter, Oversized, message_id, read_lines, write_lines
+from toolscore._lines import LineSplitter, LineWriter, Oversized, message_id, read_lines, widen_pipe, write_lines
 
 
 def test_lines_come_out_whole_whatever_the_chunks() -> None:
@@ -107,3 +109,18 @@ async def test_a_writer_whose_reader_is_gone_drops_its_lines() -> None:
     await writer.write(b"lost\n")
     assert writer.closed
     os.close(write_fd)
+
+
+def test_a_pipe_is_widened_where_the_system_allows_and_anything_else_is_left_alone(tmp_path: Path) -> None:
+    read_fd, write_fd = os.pipe()
+    try:
+        widen_pipe(write_fd)
+        size = fcntl.fcntl(write_fd, fcntl.F_GETPIPE_SZ)
+        with open("/proc/sys/fs/pipe-max-size") as f:
+            allowed = int(f.read())
+        assert size == 1 << 20 if allowed >= 1 << 20 else size <= allowed
+    finally:
+        os.close(read_fd)
+        os.close(write_fd)
+    with open(tmp_path / "file", "wb") as f:  # not a pipe: nothing happens, nothing is raised
+        widen_pipe(f.fileno())
