@@ -145,6 +145,18 @@ class DownstreamProtocolError(DownstreamError):
         """The server's JSON-RPC error, if that is what it answered (passed on as such to the client)."""
         super().__init__(message, server=server)
 
+    @property
+    def for_the_client(self) -> mcp_types.ErrorData | None:
+        """The JSON-RPC error the front client gets as such (not as a tool error), if any.
+
+        Only -32021, which the client (not the model) must act on; a relayed request's errors are
+        all the client's (`downstream.modern.RelayedError`).
+        """
+        from mcp_types import MISSING_REQUIRED_CLIENT_CAPABILITY  # loaded by now: not at this module's import
+
+        error = self.error
+        return error if error is not None and error.code == MISSING_REQUIRED_CLIENT_CAPABILITY else None
+
     @classmethod
     def answered(cls, server: str, what: str, error: mcp_types.ErrorData) -> Self:
         """The server answered `what` ("the read of 'x'") with the JSON-RPC `error`."""

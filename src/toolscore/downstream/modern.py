@@ -92,6 +92,11 @@ class RelayedError(DownstreamProtocolError):
 
     error: mcp_types.ErrorData
 
+    @property
+    def for_the_client(self) -> mcp_types.ErrorData | None:
+        """Every one: the server answered the client's own request."""
+        return self.error
+
 
 class ModernLink:
     """The 2026-07-28 connection to one server, opened on first need and probed once.

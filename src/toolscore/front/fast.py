@@ -209,12 +209,8 @@ class FastCalls:
             message = f"Error executing tool {params.name}: internal gateway error (see the gateway log)."
             return _response(job.id, _dump(error_result(message)))
         error = outcome.error
-        if (
-            isinstance(error, DownstreamProtocolError)
-            and error.error is not None
-            and error.error.code == mcp_types.MISSING_REQUIRED_CLIENT_CAPABILITY
-        ):
-            return _error_response(job.id, error.error)  # for the client to act on, as on the SDK path
+        if isinstance(error, DownstreamProtocolError) and (for_client := error.for_the_client) is not None:
+            return _error_response(job.id, for_client)  # for the client to act on, as on the SDK path
         raw = outcome.raw
         if raw is not None:
             return _response(job.id, raw.data)

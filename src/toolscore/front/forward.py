@@ -47,6 +47,7 @@ LEVELS: tuple[mcp_types.LoggingLevel, ...] = (
 _SAMPLING = mcp_types.ClientCapabilities(sampling=mcp_types.SamplingCapability())
 _ELICITATION = mcp_types.ClientCapabilities(elicitation=mcp_types.ElicitationCapability())
 _ROOTS = mcp_types.ClientCapabilities(roots=mcp_types.RootsCapability())
+_DECLARED = {"elicitation": _ELICITATION, "roots": _ROOTS}
 
 
 class LogLevels:
@@ -180,25 +181,26 @@ class FrontPeer(Peer):
         self, server: str, params: mcp_types.ElicitRequestParams
     ) -> mcp_types.ElicitResult | mcp_types.ErrorData:
         """Forward an elicitation to the client, if it declared elicitation."""
-        ctx = self._ctx
-        if ctx is None:
-            return no_peer_error(server, "an elicitation")
-        if not ctx.session.check_client_capability(_ELICITATION):
-            return self._refusal(server, "an elicitation", "elicitation")
+        request = mcp_types.ElicitRequest(params=params)
         answer: mcp_types.ElicitResult | mcp_types.ErrorData
-        answer = await self._ask(ctx, mcp_types.ElicitRequest(params=params), mcp_types.ElicitResult)
+        answer = await self._forward(server, "an elicitation", "elicitation", request, mcp_types.ElicitResult)
         return answer
 
     async def list_roots(self, server: str) -> mcp_types.ListRootsResult | mcp_types.ErrorData:
         """Ask the client for its roots, if it declared roots."""
+        request = mcp_types.ListRootsRequest()
+        answer: mcp_types.ListRootsResult | mcp_types.ErrorData
+        answer = await self._forward(server, "a roots request", "roots", request, mcp_types.ListRootsResult)
+        return answer
+
+    async def _forward(self, server: str, what: str, capability: str, request: Any, result_type: type[Any]) -> Any:
+        """`request` to the client of this request, if it is still on and declared `capability`."""
         ctx = self._ctx
         if ctx is None:
-            return no_peer_error(server, "a roots request")
-        if not ctx.session.check_client_capability(_ROOTS):
-            return self._refusal(server, "a roots request", "roots")
-        answer: mcp_types.ListRootsResult | mcp_types.ErrorData
-        answer = await self._ask(ctx, mcp_types.ListRootsRequest(), mcp_types.ListRootsResult)
-        return answer
+            return no_peer_error(server, what)
+        if not ctx.session.check_client_capability(_DECLARED[capability]):
+            return self._refusal(server, what, capability)
+        return await self._ask(ctx, request, result_type)
 
     async def log(self, server: str, params: mcp_types.LoggingMessageNotificationParams) -> None:
         """Forward a log message, tagged with its server, if the client's level lets it through."""

@@ -24,8 +24,8 @@ from toolscore._json import scrub_unpaired_surrogates
 from toolscore._sdk import connection_of
 from toolscore._version import __version__
 from toolscore.downstream.hub import DownstreamHub
-from toolscore.downstream.modern import RelayedError, RelayedInputRequired
-from toolscore.downstream.relay import calling_peer, on_behalf_of
+from toolscore.downstream.modern import RelayedInputRequired
+from toolscore.downstream.relay import on_behalf_of
 from toolscore.errors import DownstreamProtocolError, InputRequired, Rejected
 from toolscore.front.callers import Callers
 from toolscore.front.catalog import install_catalog
@@ -249,66 +249,12 @@ def build_server(
     async def call_tool(
         ctx: ServerRequestContext[Any], params: mcp_types.CallToolRequestParams
     ) -> mcp_types.CallToolResult | mcp_types.InputRequiredResult:
-        progress: ProgressFn | None = None
-        if ctx.meta is not None and ctx.meta.get("progress_token") is not None:
-            # Only when asked: a progress callback makes every downstream request carry a
-            # token and a handler. (The SDK's in-process 2026 client passes its callback out of
-            # band, invisible here; over stdio and HTTP the token is always in `_meta`.)
-            session = ctx.session
-
-            async def forward_progress(progress: float, total: float | None, message: str | None) -> None:
-                await session.report_progress(progress, total, message)
-
-            progress = forward_progress
+        progress = _progress_of(ctx)
         caller = callers.identify(ctx)
-        peer = peer_for(ctx)
-        token = calling_peer.set(peer)  # the downstream's requests and logs go back here
         try:
-            if params.name == ORCHESTRATE:
-                durable = delegator.durable if delegator is not None else None
-                if durable is not None:  # episodes survive a restart (docs/agent-loop.md)
-                    await durable.restore(caller, params.arguments)
-                with tracing.plan_span() as span:
-                    answer = await orchestrator(
-                        params.arguments, progress=progress, request_id=ctx.request_id, caller=caller
-                    )
-                    if span is not None:
-                        tracing.plan_attributes(span, answer)
-                if durable is not None:
-                    await durable.save(caller, answer)
-                # Plan text is the model's: whatever it smuggled in must not break the reply.
-                return scrub_unpaired_surrogates(answer)
-            if delegator is not None and params.name == DELEGATE:
-                done = await delegator(
-                    params.arguments,
-                    progress=progress,
-                    caller=caller,
-                    sampler=_sampler(ctx),
-                    input_sampling=_samples_by_input(ctx),
-                    input_responses=params.input_responses,
-                    request_state=params.request_state,
-                )
-                return scrub_unpaired_surrogates(done)
-            if toolhub is not None and toolhub.handles(params.name):
-                return await toolhub.answer(
-                    params.name,
-                    params.arguments,
-                    request_id=ctx.request_id,
-                    caller=caller,
-                    confirm=_confirmer(ctx),
-                    progress=progress,
-                    sample=_sampler(ctx),
-                )
-            # A 2026-07-28 client's call goes down as its own: capabilities, answers, state.
-            with relayed(ctx, input_responses=params.input_responses, request_state=params.request_state):
-                run = await engine.execute(
-                    params.name,
-                    params.arguments,
-                    request_id=ctx.request_id,
-                    progress=progress,
-                    session_id=caller,
-                    confirm=confirmer(ctx, params, caller, sealer),
-                )
+            # The downstream's requests and logs go back to this client while the call lasts.
+            with on_behalf_of(peer_for(ctx)):
+                answer = await own_or_passthrough(ctx, params, progress, caller)
         except RelayedInputRequired as asked:  # the server's question, passed back unchanged
             return asked.result
         except InputRequired as asked:  # 2026-07-28: the question goes back with the result
@@ -316,19 +262,78 @@ def build_server(
         except Exception:
             log.exception("internal error", tool=params.name)
             return error_result(f"Error executing tool {params.name}: internal gateway error (see the gateway log).")
-        finally:
-            calling_peer.reset(token)
-            peer.detach()  # the request is over: the peer must not outlive it
-        error = run.error
-        if (
-            isinstance(error, DownstreamProtocolError)
-            and error.error is not None
-            and (isinstance(error, RelayedError) or error.error.code == mcp_types.MISSING_REQUIRED_CLIENT_CAPABILITY)
-        ):
+        if not isinstance(answer, CallOutcome):
+            return answer
+        error = answer.error
+        if isinstance(error, DownstreamProtocolError) and (for_client := error.for_the_client) is not None:
             # The client, not the model, must act on this: it stays a JSON-RPC error (relayed in the
             # 2026-07-28 era: every one, a rejected request state say, as the server sent it).
-            raise MCPError.from_error_data(error.error)
-        return run.result
+            raise MCPError.from_error_data(for_client)
+        return answer.result
+
+    async def own_or_passthrough(
+        ctx: ServerRequestContext[Any],
+        params: mcp_types.CallToolRequestParams,
+        progress: ProgressFn | None,
+        caller: str,
+    ) -> mcp_types.CallToolResult | mcp_types.InputRequiredResult | CallOutcome:
+        """One of the gateway's own tools (its answer), or a passthrough call (the engine's outcome)."""
+        if params.name == ORCHESTRATE:
+            durable = delegator.durable if delegator is not None else None
+            if durable is not None:  # episodes survive a restart (docs/agent-loop.md)
+                await durable.restore(caller, params.arguments)
+            with tracing.plan_span() as span:
+                answer = await orchestrator(
+                    params.arguments, progress=progress, request_id=ctx.request_id, caller=caller
+                )
+                if span is not None:
+                    tracing.plan_attributes(span, answer)
+            if durable is not None:
+                await durable.save(caller, answer)
+            # Plan text is the model's: whatever it smuggled in must not break the reply.
+            return scrub_unpaired_surrogates(answer)
+        if delegator is not None and params.name == DELEGATE:
+            done = await delegator(
+                params.arguments,
+                progress=progress,
+                caller=caller,
+                sampler=_sampler(ctx),
+                input_sampling=_samples_by_input(ctx),
+                input_responses=params.input_responses,
+                request_state=params.request_state,
+            )
+            return scrub_unpaired_surrogates(done)
+        if toolhub is not None and toolhub.handles(params.name):
+            return await toolhub.answer(
+                params.name,
+                params.arguments,
+                request_id=ctx.request_id,
+                caller=caller,
+                confirm=_confirmer(ctx),
+                progress=progress,
+                sample=_sampler(ctx),
+            )
+        # A 2026-07-28 client's call goes down as its own: capabilities, answers, state.
+        with relayed(ctx, input_responses=params.input_responses, request_state=params.request_state):
+            return await passthrough(ctx, params, progress, caller)
+
+    async def passthrough(
+        ctx: ServerRequestContext[Any],
+        params: mcp_types.CallToolRequestParams,
+        progress: ProgressFn | None,
+        caller: str,
+        raw_for: str | None = None,
+    ) -> CallOutcome:
+        """A downstream tool's call through the engine (`raw_for`: the hot path's, `front.fast`)."""
+        return await engine.execute(
+            params.name,
+            params.arguments,
+            request_id=ctx.request_id,
+            progress=progress,
+            session_id=caller,
+            confirm=confirmer(ctx, params, caller, sealer),
+            raw_for=raw_for,
+        )
 
     def deferred() -> list[mcp_types.Tool]:
         # The gateway's own tools in full, for search_tools to return by name.
@@ -374,25 +379,17 @@ def build_server(
     async def relay(
         ctx: ServerRequestContext[Any], params: mcp_types.CallToolRequestParams, raw_for: str
     ) -> CallOutcome:
-        # The hot path's passthrough call: the engine call below, with the result kept as bytes.
+        # The hot path's passthrough call: the SDK path's, with the result kept as bytes.
         caller = callers.identify(ctx)
         with on_behalf_of(peer_for(ctx)):
-            return await engine.execute(
-                params.name,
-                params.arguments,
-                request_id=ctx.request_id,
-                progress=_progress_of(ctx),
-                session_id=caller,
-                confirm=confirmer(ctx, params, caller, sealer),
-                raw_for=raw_for,
-            )
+            return await passthrough(ctx, params, _progress_of(ctx), caller, raw_for)
 
-    def passthrough(name: str) -> bool:
+    def routed(name: str) -> bool:
         if name == ORCHESTRATE or (delegator is not None and name == DELEGATE):
             return False
         return not (toolhub is not None and toolhub.handles(name)) and hub.registry.get(name) is not None
 
-    server.fast = FastCalls(relay, serves=passthrough)
+    server.fast = FastCalls(relay, serves=routed)
     server.add_notification_handler("notifications/initialized", mcp_types.NotificationParams, on_initialized)
     server.available = hub.capable
     install_logging(server, hub, levels)

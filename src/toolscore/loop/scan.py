@@ -139,36 +139,29 @@ class ItemScanner:
             if tag is None:
                 self._cursor = lt
                 return None
-            if text.startswith(close, lt) and tag == "/" + name:
-                tag_end = self._end_of_tag(lt, after)
-                if tag_end is None:
-                    self._cursor = lt
-                    return None
-                if tag_end < 0:
-                    self._cursor = lt + 1
-                    continue
-                end = tag_end - 1
-                self._depth -= 1
-                if self._depth == 0:
-                    start, self._start = self._start, -1
-                    self._pos = end + 1
-                    kind: Kind = "call" if not opaque else "think" if name == "think" else "answer"
-                    return Item(kind, name, text[start : end + 1], end + 1)
-                self._cursor = end + 1
+            closing = text.startswith(close, lt) and tag == "/" + name
+            if not closing and (opaque or tag != name):  # not this element's tag: text
+                self._cursor = lt + 1
                 continue
-            if not opaque and tag == name:
-                tag_end = self._end_of_tag(lt, after)
-                if tag_end is None:
-                    self._cursor = lt
-                    return None
-                if tag_end < 0:
-                    self._cursor = lt + 1
-                    continue
+            tag_end = self._end_of_tag(lt, after)
+            if tag_end is None:
+                self._cursor = lt
+                return None
+            if tag_end < 0:
+                self._cursor = lt + 1
+                continue
+            if not closing:  # the same element nested (a self-closed one does not count)
                 if text[tag_end - 2 : tag_end] != "/>":
                     self._depth += 1
                 self._cursor = tag_end
                 continue
-            self._cursor = lt + 1
+            self._depth -= 1
+            if self._depth == 0:
+                start, self._start = self._start, -1
+                self._pos = tag_end
+                kind: Kind = "call" if not opaque else "think" if name == "think" else "answer"
+                return Item(kind, name, text[start:tag_end], tag_end)
+            self._cursor = tag_end
 
     def _end_of_tag(self, lt: int, after: int) -> int | None:
         """`_tag_end` for the tag at `lt`, resumed where the last feed left it."""
