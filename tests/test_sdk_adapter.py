@@ -1,19 +1,21 @@
 """The private parts of the mcp SDK that `toolscore._sdk` reaches are still where it expects them.
 
-If one of these fails after an SDK upgrade, fix `src/toolscore/_sdk.py` (and only it).
+If one of these fails after an SDK upgrade, fix `src/toolscore/_sdk.py` (and only it); the HTTP front's hot
+path then hands every request to the SDK until it is fixed.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import httpx2
 import mcp_types
 import pytest
 from mcp import Client
 from mcp.server import Server, ServerRequestContext
 from mcp.server.connection import Connection
 
-from toolscore._sdk import connection_of, send_as_client, send_raw_request
+from toolscore._sdk import connection_of, http_session, send_as_client, send_raw_request
 
 pytestmark = pytest.mark.anyio
 
@@ -50,3 +52,29 @@ async def test_a_2026_request_can_carry_another_clients_capabilities() -> None:
         await send_as_client(client, "tools/call", {"name": "t"}, capabilities={}, log_level=None)
     assert raw["resultType"] == "input_required" and raw["requestState"] == "again"  # the raw result, unparsed
     assert seen == [(True, "info"), (False, None)]
+
+
+async def test_a_live_http_session_is_reached_by_its_id() -> None:
+    server = Server("adapter")
+    app = server.streamable_http_app(host="127.0.0.1")
+    manager = server.session_manager
+    hello = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}
+    async with (
+        manager.run(),
+        httpx2.AsyncClient(transport=httpx2.ASGITransport(app), base_url="http://127.0.0.1:8000") as http,
+    ):
+        init = await http.post(
+            "/mcp",
+            json={"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": hello},
+            headers={"Accept": "application/json, text/event-stream"},
+        )
+        session = http_session(manager, init.headers["mcp-session-id"])
+        assert session is not None and http_session(manager, "unknown") is None
+        streams = session.open("7")
+        assert streams is not None and session.open("7") is None  # one stream per request id
+        priming = await session.priming_event("7", "2025-11-25")
+        assert priming is None  # no event store here
+        with session.busy():
+            pass
+        session.close("7", streams)
+        assert session.open("7") is not None

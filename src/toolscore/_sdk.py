@@ -8,8 +8,10 @@ toolscore touches a private SDK name.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
-from typing import Any
+import math
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import mcp_types
@@ -21,11 +23,19 @@ from mcp.server.session import ServerSession
 from mcp.shared._stream_protocols import ReadStream as ReadStream
 from mcp.shared._stream_protocols import WriteStream as WriteStream
 from mcp.shared.dispatcher import CallOptions, ProgressFnT
+from mcp.shared.message import SessionMessage
+
+if TYPE_CHECKING:
+    from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+    from mcp.server.streamable_http import EventMessage, StreamableHTTPServerTransport
+    from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
 __all__ = [
+    "HttpSession",
     "ReadStream",
     "WriteStream",
     "connection_of",
+    "http_session",
     "request_context",
     "send_raw_request",
     "send_session_raw_request",
@@ -97,12 +107,15 @@ def request_context(
     method: str,
     params: Mapping[str, Any],
     meta: mcp_types.RequestParamsMeta | None,
+    *,
+    on_send: Callable[[], None] | None = None,
 ) -> ServerRequestContext[Any]:
     """A context for a request the gateway read itself (`front.fast`), as the SDK's runner builds one.
 
     `template` is the context of an earlier message on the same JSON-RPC connection; its dispatch
     context is copied with this request's id and progress token, so server-to-client requests,
     progress and logs made for this request are tied to it exactly as for one the SDK read.
+    `on_send` is called before each message sent to the client for this request.
     """
     # The JSON-RPC dispatcher's concrete context is a dataclass (typed as its protocol).
     outbound: Any = template.session._request_outbound  # pyright: ignore[reportPrivateUsage] - see above
@@ -115,6 +128,8 @@ def request_context(
         cancel_requested=anyio.Event(),
         message_metadata=None,
     )
+    if on_send is not None:
+        dispatch._dispatcher = _Noting(dispatch._dispatcher, on_send)  # pyright: ignore[reportPrivateUsage]
     session = ServerSession(dispatch, connection_of(template.session), request_meta=meta)
     return ServerRequestContext(
         session=session,
@@ -125,3 +140,127 @@ def request_context(
         request_id=request_id,
         meta=meta,
     )
+
+
+class _Noting:
+    """A connection's dispatcher as one request's context uses it, calling `on_send` before each
+    message that request sends (its context reaches the dispatcher through these two methods only)."""
+
+    def __init__(self, dispatcher: Any, on_send: Callable[[], None]) -> None:
+        self._dispatcher = dispatcher
+        self._on_send = on_send
+
+    async def notify(
+        self,
+        method: str,
+        params: Mapping[str, Any] | None,
+        opts: CallOptions | None = None,
+        *,
+        _related_request_id: mcp_types.RequestId | None = None,
+    ) -> None:
+        self._on_send()
+        await self._dispatcher.notify(method, params, opts, _related_request_id=_related_request_id)
+
+    async def send_raw_request(
+        self,
+        method: str,
+        params: Mapping[str, Any] | None,
+        opts: CallOptions | None = None,
+        *,
+        _related_request_id: mcp_types.RequestId | None = None,
+    ) -> dict[str, Any]:
+        self._on_send()
+        result: dict[str, Any] = await self._dispatcher.send_raw_request(
+            method, params, opts, _related_request_id=_related_request_id
+        )
+        return result
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._dispatcher, name)
+
+
+RequestStream = tuple["MemoryObjectSendStream[EventMessage]", "MemoryObjectReceiveStream[EventMessage]"]
+
+
+class HttpSession:
+    """One live stateful streamable-HTTP session, as the HTTP hot path (`front.http_fast`) answers a
+    request of it outside the SDK's transport.
+
+    The transport routes what the server sends for a request (progress, logs, server-to-client
+    requests, the answer) to that request's stream by id, stores it in the event store, and keeps
+    the session from idling out while a request is in flight; none of that has a public entry.
+    """
+
+    def __init__(self, transport: StreamableHTTPServerTransport) -> None:
+        self._transport = transport
+
+    def open(self, key: str) -> RequestStream | None:
+        """Register the stream that receives what is sent for request `key` (None: one is open already)."""
+        from mcp.server.streamable_http import REQUEST_STREAM_BUFFER_SIZE, EventMessage
+
+        streams = self._transport._request_streams  # pyright: ignore[reportPrivateUsage]
+        if key in streams:
+            return None
+        pair = anyio.create_memory_object_stream[EventMessage](REQUEST_STREAM_BUFFER_SIZE)
+        streams[key] = pair
+        return pair
+
+    def close(self, key: str, pair: RequestStream) -> None:
+        """Unregister and close the stream `open` gave."""
+        streams = self._transport._request_streams  # pyright: ignore[reportPrivateUsage]
+        if streams.get(key) is pair:
+            del streams[key]
+        pair[0].close()
+        pair[1].close()
+
+    async def send_last(self, message: mcp_types.JSONRPCMessage) -> None:
+        """Send a request's answer the way the server's own answers go: stored, and after every
+        message sent for the request before it."""
+        stream = self._transport._write_stream  # pyright: ignore[reportPrivateUsage]
+        if stream is None:
+            raise anyio.ClosedResourceError
+        await stream.send(SessionMessage(message))
+
+    async def priming_event(self, key: str, protocol_version: str) -> dict[str, Any] | None:
+        """The SSE event that opens a resumable response stream, if the SDK would send one."""
+        event: dict[str, Any] | None = await self._transport._mint_priming_event(  # pyright: ignore[reportPrivateUsage]
+            key, protocol_version
+        )
+        return event
+
+    @contextmanager
+    def busy(self) -> Iterator[None]:
+        """Inside: a request is in flight, so the session does not idle out (as the transport counts its own)."""
+        transport = self._transport
+        idle = transport.idle_scope
+        timeout = transport._idle_timeout  # pyright: ignore[reportPrivateUsage]
+        if idle is None or timeout is None:
+            yield
+            return
+        transport._requests_in_flight += 1  # pyright: ignore[reportPrivateUsage]
+        idle.deadline = math.inf
+        try:
+            yield
+        finally:
+            transport._requests_in_flight -= 1  # pyright: ignore[reportPrivateUsage]
+            if not transport._requests_in_flight:  # pyright: ignore[reportPrivateUsage]
+                idle.deadline = anyio.current_time() + timeout
+
+
+def http_session(manager: StreamableHTTPSessionManager, session_id: str) -> HttpSession | None:
+    """The live session `session_id` of `manager`, or None: unknown, ending, bound to an SDK-authenticated
+    user, or the SDK's internals are not where this module expects them (the SDK then answers)."""
+    try:
+        transport = manager._server_instances.get(session_id)  # pyright: ignore[reportPrivateUsage]
+        if transport is None or transport.is_terminated:
+            return None
+        if manager._session_owners.get(session_id) is not None:  # pyright: ignore[reportPrivateUsage]
+            return None
+        idle = transport.idle_scope
+        if (idle is not None and idle.cancel_called) or transport._write_stream is None:  # pyright: ignore[reportPrivateUsage]
+            return None
+        for name in ("_request_streams", "_idle_timeout", "_requests_in_flight", "_mint_priming_event"):
+            getattr(transport, name)
+    except AttributeError:
+        return None
+    return HttpSession(transport)

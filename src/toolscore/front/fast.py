@@ -18,6 +18,9 @@ Everything else goes to the SDK unchanged: the handshake, lists, other methods, 
 decoder does not fully understand (unknown params such as `task`, a lone surrogate, an id the SDK
 would refuse), every 2026-07-28 request, an older handshake version (whose results the SDK sieves
 per version), and all calls while tracing is on (the SDK's spans carry the trace downstream).
+
+The decoding (`decode_call`, `cancelled_id`) and the answer (`answer`) know nothing of stdio: the
+HTTP front's hot path (`front.http_fast`) uses them too.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ from toolscore._sdk import request_context
 from toolscore.errors import DownstreamProtocolError
 from toolscore.telemetry import tracing
 
-__all__ = ["FastCalls", "Relay"]
+__all__ = ["FastCalls", "Job", "Relay", "answer", "cancelled_id", "decode_call"]
 
 log = structlog.get_logger("toolscore.fast")
 
@@ -94,14 +97,88 @@ class Job:
     params: _Params
 
 
-def _response(request_id: int | str, result: bytes) -> bytes:
+def _response(request_id: int | str, result: bytes, end: bytes) -> bytes:
     # One copy of a large result, where a chain of `+` would copy it once per operand.
-    return b"".join((b'{"jsonrpc":"2.0","id":', _encode(request_id), b',"result":', result, b"}\n"))
+    return b"".join((b'{"jsonrpc":"2.0","id":', _encode(request_id), b',"result":', result, b"}", end))
 
 
-def _error_response(request_id: int | str, error: mcp_types.ErrorData) -> bytes:
+def _error_response(request_id: int | str, error: mcp_types.ErrorData, end: bytes) -> bytes:
     body = error.model_dump_json(by_alias=True, exclude_none=True).encode()
-    return b'{"jsonrpc":"2.0","id":' + _encode(request_id) + b',"error":' + body + b"}\n"
+    return b'{"jsonrpc":"2.0","id":' + _encode(request_id) + b',"error":' + body + b"}" + end
+
+
+def decode_call(data: bytes) -> Job | None:
+    """The `tools/call` request in `data` if the hot path can read it whole, else None (the SDK's).
+
+    Only the message itself is checked here: whether the tool, the connection and the id suit the
+    hot path is the transport's to decide.
+    """
+    if _TOOLS_CALL not in data:
+        return None
+    try:
+        request = _request.decode(data)
+        if request.method != "tools/call" or request.jsonrpc != "2.0" or not request.params:
+            return None
+        params = _params.decode(request.params)
+    except (msgspec.DecodeError, RecursionError):  # nested too deep for msgspec: the SDK answers
+        return None
+    if request.id is None or (params.meta is not None and mcp_types.PROTOCOL_VERSION_META_KEY in params.meta):
+        return None  # a notification, or a 2026-07-28 envelope: the SDK routes it by era
+    return Job(request.id, params)
+
+
+def cancelled_id(data: bytes) -> int | str | None:
+    """The request a `notifications/cancelled` message in `data` names, else None."""
+    if _CANCELLED not in data:
+        return None
+    try:
+        message = _cancel.decode(data)
+    except (msgspec.DecodeError, RecursionError):
+        return None
+    if message.method != "notifications/cancelled" or message.params is None:
+        return None
+    return message.params.requestId
+
+
+async def answer(
+    relay: Relay,
+    template: ServerRequestContext[Any],
+    job: Job,
+    *,
+    end: bytes = b"",
+    on_send: Callable[[], None] | None = None,
+) -> bytes:
+    """Run `job` through the engine in a context made from `template`, and its whole answer as bytes.
+
+    Args:
+        relay: The front server's passthrough call.
+        template: The context of an earlier message of the same client connection (`request_context`).
+        job: The call.
+        end: Appended to the answer (a line's newline).
+        on_send: Called before each message the gateway sends the client for this request
+            (progress, logs, sampling), so a transport knows the answer does not come first.
+    """
+    params = job.params
+    meta: mcp_types.RequestParamsMeta | None = None
+    if params.meta is not None:
+        with suppress(ValidationError):  # as the SDK reads a malformed `_meta`: absent
+            meta = mcp_types.RequestParams.model_validate({"_meta": params.meta}, by_name=False).meta
+    try:
+        # Validating (in Rust) costs a third of `model_construct` (Python), and the decoder checked the types.
+        model = mcp_types.CallToolRequestParams(name=params.name, arguments=params.arguments)
+        ctx = request_context(template, job.id, "tools/call", {"name": params.name}, meta, on_send=on_send)
+        outcome = await relay(ctx, model, template.protocol_version)
+    except Exception:  # the same boundary as the SDK path's (`front.server`)
+        log.exception("internal error", tool=params.name)
+        message = f"Error executing tool {params.name}: internal gateway error (see the gateway log)."
+        return _response(job.id, _dump(error_result(message)), end)
+    error = outcome.error
+    if isinstance(error, DownstreamProtocolError) and (for_client := error.for_the_client) is not None:
+        return _error_response(job.id, for_client, end)  # for the client to act on, as on the SDK path
+    raw = outcome.raw
+    if raw is not None:
+        return _response(job.id, raw.data, end)
+    return _response(job.id, _dump(outcome.result), end)
 
 
 class FastCalls:
@@ -112,8 +189,10 @@ class FastCalls:
         relay: The front server's passthrough call.
         serves: Whether a tool name is a downstream tool (not one of the gateway's own).
         """
-        self._relay = relay
-        self._serves = serves
+        self.relay = relay
+        """The front server's passthrough call (the HTTP front's hot path uses it too)."""
+        self.serves = serves
+        """Whether a tool name is a downstream tool."""
         self._enabled = False
         self._template: ServerRequestContext[Any] | None = None
         self._handshake_seen = False
@@ -145,14 +224,10 @@ class FastCalls:
 
     def cancels(self, line: bytes) -> bool:
         """Cancel the fast call a `notifications/cancelled` line names; False: the SDK's to handle."""
-        if not self._running or _CANCELLED not in line:
+        if not self._running:
             return False
-        try:
-            message = _cancel.decode(line)
-        except msgspec.DecodeError:
-            return False
-        request_id = message.params.requestId if message.params is not None else None
-        if message.method != "notifications/cancelled" or request_id is None:
+        request_id = cancelled_id(line)
+        if request_id is None:
             return False
         scope = self._running.get(request_id)
         if scope is None:
@@ -162,29 +237,21 @@ class FastCalls:
 
     def take(self, line: bytes) -> Job | None:
         """The `tools/call` in `line` if the fast path serves it, else None (the SDK does)."""
-        if self._template is None or _TOOLS_CALL not in line or tracing.tracer is not None:
+        if self._template is None or tracing.tracer is not None:
             return None
-        try:
-            request = _request.decode(line)
-            if request.method != "tools/call" or request.jsonrpc != "2.0" or not request.params:
-                return None
-            params = _params.decode(request.params)
-        except msgspec.DecodeError:
+        job = decode_call(line)
+        if job is None or job.id in self._running or not self.serves(job.params.name):
             return None
-        request_id = request.id
-        if request_id is None or request_id in self._running or not self._serves(params.name):
-            return None
-        return Job(request_id, params)
+        return job
 
     async def run(self, job: Job, send: Send) -> None:
         """Answer `job` on `send`, unless the client cancels it first."""
         template = self._template
         assert template is not None
-        version = template.protocol_version
         with anyio.CancelScope() as scope:
             self._running[job.id] = scope
             try:
-                line = await self._answer(template, job, version)
+                line = await answer(self.relay, template, job, end=b"\n")
             finally:
                 del self._running[job.id]
         if scope.cancelled_caught:
@@ -193,28 +260,6 @@ class FastCalls:
             await send(line)
         except (anyio.ClosedResourceError, anyio.BrokenResourceError):
             log.debug("answer not delivered: the client is gone", id=job.id)
-
-    async def _answer(self, template: ServerRequestContext[Any], job: Job, version: str) -> bytes:
-        params = job.params
-        meta: mcp_types.RequestParamsMeta | None = None
-        if params.meta is not None:
-            with suppress(ValidationError):  # as the SDK reads a malformed `_meta`: absent
-                meta = mcp_types.RequestParams.model_validate({"_meta": params.meta}, by_name=False).meta
-        try:
-            model = mcp_types.CallToolRequestParams.model_construct(name=params.name, arguments=params.arguments)
-            ctx = request_context(template, job.id, "tools/call", {"name": params.name}, meta)
-            outcome = await self._relay(ctx, model, version)
-        except Exception:  # the same boundary as the SDK path's (`front.server`)
-            log.exception("internal error", tool=params.name)
-            message = f"Error executing tool {params.name}: internal gateway error (see the gateway log)."
-            return _response(job.id, _dump(error_result(message)))
-        error = outcome.error
-        if isinstance(error, DownstreamProtocolError) and (for_client := error.for_the_client) is not None:
-            return _error_response(job.id, for_client)  # for the client to act on, as on the SDK path
-        raw = outcome.raw
-        if raw is not None:
-            return _response(job.id, raw.data)
-        return _response(job.id, _dump(outcome.result))
 
 
 def _dump(result: mcp_types.CallToolResult) -> bytes:

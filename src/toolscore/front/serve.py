@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
     from toolscore.front.http import HttpExposure
 
-__all__ = ["listen_sockets", "serve_http", "serve_stdio"]
+__all__ = ["http_app", "listen_sockets", "serve_http", "serve_stdio"]
 
 log = structlog.get_logger("toolscore")
 RETRY_INTERVAL_MS = 1000
@@ -106,6 +106,50 @@ def _uvicorn_server(config: uvicorn.Config) -> uvicorn.Server:
     return _UvicornServer(config)
 
 
+def http_app(
+    server: FrontServer,
+    *,
+    host: str,
+    exposure: HttpExposure,
+    max_request_bytes: int,
+    pages: Mapping[str, ASGIApp] | None = None,
+) -> ASGIApp:
+    """The HTTP front as one ASGI app (its lifespan runs the sessions): the guard, the gateway's pages,
+    the hot path for passthrough calls (`front.http_fast`) and the SDK's streamable HTTP app.
+
+    Args: as `serve_http`'s.
+    """
+    from toolscore.front.console import PUBLIC_PATHS
+    from toolscore.front.events import BoundedEventStore
+    from toolscore.front.http import HttpGuard
+    from toolscore.front.http_fast import HttpCalls
+    from toolscore.front.routes import PathRoutes
+
+    app: ASGIApp = server.streamable_http_app(
+        host=host,
+        transport_security=exposure.security,
+        max_request_body_size=max_request_bytes,
+        # SSE streams carry event ids and a retry hint, so a client that loses one resumes it.
+        event_store=BoundedEventStore(),
+        retry_interval=RETRY_INTERVAL_MS,
+    )
+    if server.fast is not None:
+        server.http_calls = HttpCalls(
+            app,
+            relay=server.fast.relay,
+            serves=server.fast.serves,
+            manager=server.session_manager,
+            max_body=max_request_bytes,
+        )
+        app = server.http_calls
+    return HttpGuard(
+        PathRoutes(app, pages) if pages else app,
+        security=exposure.security,
+        token=exposure.token,
+        public=PUBLIC_PATHS & set(pages or ()),
+    )
+
+
 async def serve_http(
     server: FrontServer,
     *,
@@ -132,27 +176,8 @@ async def serve_http(
     """
     import uvicorn
 
-    from toolscore.front.console import PUBLIC_PATHS
-    from toolscore.front.events import BoundedEventStore
-    from toolscore.front.http import HttpGuard
-    from toolscore.front.routes import PathRoutes
-
-    app = server.streamable_http_app(
-        host=host,
-        transport_security=exposure.security,
-        max_request_body_size=max_request_bytes,
-        # SSE streams carry event ids and a retry hint, so a client that loses one resumes it.
-        event_store=BoundedEventStore(),
-        retry_interval=RETRY_INTERVAL_MS,
-    )
-    guarded = HttpGuard(
-        PathRoutes(app, pages) if pages else app,
-        security=exposure.security,
-        token=exposure.token,
-        public=PUBLIC_PATHS & set(pages or ()),
-    )
     config = uvicorn.Config(
-        guarded,
+        http_app(server, host=host, exposure=exposure, max_request_bytes=max_request_bytes, pages=pages),
         host=host,
         port=port,
         log_level="warning",

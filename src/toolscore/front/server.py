@@ -48,6 +48,7 @@ from toolscore.toolhub.catalog import (
 from toolscore.types import ProgressFn
 
 if TYPE_CHECKING:
+    from toolscore.front.http_fast import HttpCalls
     from toolscore.loop.models import SendRequest
 
 __all__ = ["FrontServer", "build_server", "exposed_tools"]
@@ -72,6 +73,8 @@ class FrontServer(Server[Any]):
     """Whether some connected downstream declared a capability (`DownstreamHub.capable`)."""
     fast: FastCalls | None = None
     """The hot path for passthrough `tools/call`, taken by the stdio transport (`front.fast`)."""
+    http_calls: HttpCalls | None = None
+    """The same on the streamable HTTP front, set by `front.serve.http_app` (`front.http_fast`)."""
     plan_tasks: PlanTasks | None = None
     """`orchestrate` run as a task (`front.plan_tasks`); the gateway runs them while open."""
 
@@ -374,6 +377,8 @@ def build_server(
         sessions[id(connection)] = ctx.session
         if server.fast is not None:
             server.fast.attach(ctx)
+        if server.http_calls is not None:
+            server.http_calls.attach(ctx)
         connection.exit_stack.callback(sessions.pop, id(connection), None)
 
     async def relay(
