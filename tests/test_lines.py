@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import fcntl
 import os
+import time
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 from pathlib import Path
 
 import anyio
@@ -124,3 +126,47 @@ def test_a_pipe_is_widened_where_the_system_allows_and_anything_else_is_left_alo
         os.close(write_fd)
     with open(tmp_path / "file", "wb") as f:  # not a pipe: nothing happens, nothing is raised
         widen_pipe(f.fileno())
+
+
+def _pipe() -> tuple[int, int]:
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(read_fd, False)
+    os.set_blocking(write_fd, False)
+    return read_fd, write_fd
+
+
+@pytest.mark.anyio
+async def test_a_closed_reader_leaves_no_registration_behind_for_a_reused_descriptor() -> None:
+    # The descriptor stays registered with the loop while it is read; closing the iterator must
+    # unregister it, or a new pipe given the same number could not be read (or would be misread).
+    read_fd, write_fd = _pipe()
+    os.write(write_fd, b'{"id": 1}\n')
+    async with aclosing(read_lines(read_fd, 1024)) as lines:
+        assert await anext(lines) == b'{"id": 1}'
+    os.close(read_fd)
+    os.close(write_fd)
+    again_read, again_write = _pipe()
+    assert again_read == read_fd  # the lowest free number: the same one
+    os.write(again_write, b'{"id": 2}\n')
+    with anyio.fail_after(5):
+        async with aclosing(read_lines(again_read, 1024)) as lines:
+            assert await anext(lines) == b'{"id": 2}'
+    os.close(again_read)
+    os.close(again_write)
+
+
+@pytest.mark.anyio
+async def test_unread_input_does_not_spin_the_loop_while_the_reader_is_busy() -> None:
+    # The registration is level-triggered: with lines waiting and the reader busy elsewhere, the
+    # loop must not be woken on every iteration (a spinning loop burns a core doing nothing).
+    read_fd, write_fd = _pipe()
+    os.write(write_fd, b'{"id": 1}\n')
+    async with aclosing(read_lines(read_fd, 1024)) as lines:
+        assert await anext(lines) == b'{"id": 1}'
+        os.write(write_fd, b'{"id": 2}\n')  # waiting, unread, while the reader "handles" line 1
+        cpu = time.process_time()
+        await anyio.sleep(0.5)
+        assert time.process_time() - cpu < 0.2
+        assert await anext(lines) == b'{"id": 2}'  # and it is read once the reader asks again
+    os.close(read_fd)
+    os.close(write_fd)

@@ -2,7 +2,10 @@
 
 Both stdio ends of the gateway (the front, and each stdio downstream) read lines with this.
 `LineSplitter` is pure: bytes go in as they arrive; complete lines come out. `read_lines` drives
-it from a non-blocking file descriptor polled by the event loop (no worker threads). A line
+it from a non-blocking file descriptor polled by the event loop (no worker threads). On asyncio
+the descriptor stays registered with the loop while it is read (`_Readable`): anyio's
+`wait_readable` registers and unregisters it around every wait, two `epoll_ctl` calls and a
+round of bookkeeping per message, on both ends of every call. A line
 longer than the limit is never held: only its first KiB is kept (to find the id of the request
 it belongs to), and the rest is dropped up to the next newline. The newline search resumes where
 the last one stopped, so a long line costs one pass, not one pass per chunk.
@@ -10,11 +13,12 @@ the last one stopped, so a long line costs one pass, not one pass per chunk.
 
 from __future__ import annotations
 
+import asyncio  # noqa: TID251 (the loop's own reader registration: see `_Readable`)
 import fcntl
 import json
 import os
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import suppress
 from dataclasses import dataclass
 
@@ -99,28 +103,88 @@ def message_id(head: bytes) -> mcp_types.RequestId | None:
     return json.loads(match.group(1)) if match else None
 
 
-async def read_lines(fd: int, limit: int) -> AsyncIterator[bytes | Oversized]:
-    """Lines read from a non-blocking `fd` until end of file (or a read error)."""
+class _Readable:
+    """Waits for a non-blocking `fd` to be readable, keeping it registered with the event loop.
+
+    The registration is level-triggered: while data waits unread, the loop calls `_ready` on every
+    iteration. When nobody waits (the reader is busy handing a line on) the registration is
+    dropped, so a loaded reader never makes the loop spin, and taken again by the next `wait`.
+    """
+
+    def __init__(self, fd: int, loop: asyncio.AbstractEventLoop) -> None:
+        self._fd = fd
+        self._loop = loop
+        self._waiter: asyncio.Future[None] | None = None
+        self._registered = False
+
+    def _ready(self) -> None:
+        waiter = self._waiter
+        if waiter is None:
+            self._loop.remove_reader(self._fd)
+            self._registered = False
+        elif not waiter.done():
+            waiter.set_result(None)
+        # else: already woken, the reader runs this iteration
+
+    async def wait(self) -> None:
+        if not self._registered:
+            self._loop.add_reader(self._fd, self._ready)
+            self._registered = True
+        self._waiter = self._loop.create_future()
+        try:
+            await self._waiter
+        finally:
+            self._waiter = None
+
+    def close(self) -> None:
+        """Unregister; before the descriptor is closed (its number may be reused)."""
+        if self._registered:
+            self._registered = False
+            self._loop.remove_reader(self._fd)
+
+
+def _readable(fd: int) -> _Readable | None:
+    """The watcher for `fd` on an asyncio loop, else None (another backend: `anyio.wait_readable`)."""
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+    return _Readable(fd, loop)
+
+
+async def read_lines(fd: int, limit: int) -> AsyncGenerator[bytes | Oversized, None]:
+    """Lines read from a non-blocking `fd` until end of file (or a read error).
+
+    Close the iterator (`contextlib.aclosing`) before closing `fd`: that unregisters it.
+    """
     splitter = LineSplitter(limit)
-    while True:
-        await anyio.wait_readable(fd)
-        while True:  # a full chunk: more is likely there, read on without waiting on the selector
-            try:
-                chunk = os.read(fd, _CHUNK)
-            except BlockingIOError:
-                break
-            except OSError:
-                return
-            if not chunk:
-                last = splitter.finish()
-                if last is not None:
-                    yield last
-                return
-            for line in splitter.feed(chunk):
-                yield line
-            if len(chunk) < _CHUNK:
-                break
-            await anyio.lowlevel.checkpoint()  # others run between chunks: a flood cannot starve them
+    watcher = _readable(fd)
+    try:
+        while True:
+            if watcher is not None:
+                await watcher.wait()
+            else:
+                await anyio.wait_readable(fd)
+            while True:  # a full chunk: more is likely there, read on without waiting on the selector
+                try:
+                    chunk = os.read(fd, _CHUNK)
+                except BlockingIOError:
+                    break
+                except OSError:
+                    return
+                if not chunk:
+                    last = splitter.finish()
+                    if last is not None:
+                        yield last
+                    return
+                for line in splitter.feed(chunk):
+                    yield line
+                if len(chunk) < _CHUNK:
+                    break
+                await anyio.lowlevel.checkpoint()  # others run between chunks: a flood cannot starve them
+    finally:
+        if watcher is not None:
+            watcher.close()
 
 
 class LineWriter:
@@ -138,19 +202,34 @@ class LineWriter:
 
     async def write(self, *parts: bytes) -> None:
         """Write `parts` back to back as one line (the caller ends it with a newline)."""
-        async with self._lock:
-            for part in parts:
-                data = memoryview(part)
-                while data and not self.closed:
-                    try:
-                        written = os.write(self._fd, data)
-                    except BlockingIOError:
-                        await anyio.wait_writable(self._fd)
-                        continue
-                    except OSError:  # EPIPE: the other end closed; its reader's EOF ends the session
-                        self.closed = True
-                        return
-                    data = data[written:]
+        if self.closed:
+            return
+        data: bytes | memoryview = parts[0] if len(parts) == 1 else b"".join(parts)  # one write, one wake-up
+        if not self._lock.locked():
+            # Nobody is in the middle of a line: the whole line usually goes at once, with no
+            # await before it, so the lock is not needed for it.
+            try:
+                written = os.write(self._fd, data)
+            except BlockingIOError:
+                written = 0
+            except OSError:  # EPIPE: the other end closed; its reader's EOF ends the session
+                self.closed = True
+                return
+            if written == len(data):
+                return
+            data = memoryview(data)[written:]
+        async with self._lock:  # free: taken without yielding, so the rest follows what was written
+            view = memoryview(data)
+            while view and not self.closed:
+                try:
+                    written = os.write(self._fd, view)
+                except BlockingIOError:
+                    await anyio.wait_writable(self._fd)
+                    continue
+                except OSError:
+                    self.closed = True
+                    return
+                view = view[written:]
 
 
 async def write_lines(writer: LineWriter, lines: AsyncIterator[bytes]) -> None:

@@ -40,6 +40,8 @@ EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE
 """What a shell reports for a command killed by SIGPIPE (`toolscore tools | head -1`)."""
 ONE_SHOT = ("check", "tools", "call")
 """Commands that start the servers, report once and stop."""
+UVLOOP_ENV = "TOOLSCORE_UVLOOP"
+"""`0`: `serve` runs on the standard asyncio loop even where uvloop is installed."""
 
 
 def _common_options(parser: argparse.ArgumentParser, *, defaults: bool) -> None:
@@ -567,7 +569,7 @@ def _command(args: argparse.Namespace) -> int:
         _configure_logging(args)
         import anyio
 
-        code = anyio.run(_run, args, config, exposure, sockets, out)
+        code = anyio.run(_run, args, config, exposure, sockets, out, backend_options=_loop_options())
     except ConfigError as exc:  # found while starting: a plugin that is not installed, say
         print(f"toolscore: config error: {exc}", file=sys.stderr)
         return EXIT_CONFIG
@@ -580,6 +582,21 @@ def _command(args: argparse.Namespace) -> int:
     for line in out:
         print(line)
     return code
+
+
+def _loop_options() -> dict[str, bool]:
+    """The event loop `serve` runs on: uvloop where it is installed (Linux, macOS).
+
+    It takes about a third of the gateway's CPU per relayed call off (docs/performance.md).
+    `TOOLSCORE_UVLOOP=0` keeps the standard asyncio loop.
+    """
+    if os.environ.get(UVLOOP_ENV, "1") == "0":
+        return {}
+    try:
+        import uvloop  # noqa: F401 (only whether it is there)
+    except ImportError:
+        return {}
+    return {"use_uvloop": True}
 
 
 def _stdout_gone() -> int:

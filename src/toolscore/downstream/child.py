@@ -32,7 +32,7 @@ import signal
 import subprocess
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
-from contextlib import asynccontextmanager, suppress
+from contextlib import aclosing, asynccontextmanager, suppress
 from typing import IO
 
 import anyio
@@ -154,20 +154,21 @@ async def _read(
 
     async with sink:
         try:
-            async for line in read_lines(fd, limit):  # until EOF: the server exited or closed stdout
-                if isinstance(line, Oversized):
-                    log.warning("server message over the size limit; skipped", server=server, limit=limit)
-                    answer = _response_error(line.head, limit)
-                    if answer is not None:
-                        error = answer.message
-                        assert isinstance(error, mcp_types.JSONRPCError)
-                        if raw.fail(error.id, error.error):
-                            continue
-                    await deliver(answer)
-                elif raw.claims(line) and await raw.deliver(line):
-                    continue  # the answer to the gateway's own call: the SDK never parses it
-                elif line.strip() and delivering:
-                    await deliver(_parse(line.strip(), server))
+            async with aclosing(read_lines(fd, limit)) as lines:  # unregistered before the pipe closes
+                async for line in lines:  # until EOF: the server exited or closed stdout
+                    if isinstance(line, Oversized):
+                        log.warning("server message over the size limit; skipped", server=server, limit=limit)
+                        answer = _response_error(line.head, limit)
+                        if answer is not None:
+                            error = answer.message
+                            assert isinstance(error, mcp_types.JSONRPCError)
+                            if raw.fail(error.id, error.error):
+                                continue
+                        await deliver(answer)
+                    elif raw.claims(line) and await raw.deliver(line):
+                        continue  # the answer to the gateway's own call: the SDK never parses it
+                    elif line.strip() and delivering:
+                        await deliver(_parse(line.strip(), server))
         finally:
             raw.close()
 

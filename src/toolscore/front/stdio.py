@@ -9,17 +9,22 @@ While serving, fd 1 points at stderr, as the SDK does: a stray `print()` in any 
 the log instead of corrupting the JSON-RPC channel. Everything is restored on exit.
 
 Each line is offered to the server's hot path first (`front.fast`): a passthrough `tools/call` is
-answered there, as bytes on the same outgoing stream (so its answer never overtakes the progress
-notifications the SDK wrote for it); every other line goes to the SDK.
+answered there, as bytes; every other line goes to the SDK. Outgoing messages, the SDK's and the
+hot path's, are written by the task that sends them (`ClientLines`), in the order they were sent,
+so an answer never overtakes the progress notifications sent for it; a writer task behind a
+stream would cost one more trip through the event loop per message.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import stat
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import aclosing, asynccontextmanager
+from types import TracebackType
+from typing import Self
 
 import anyio
 import mcp_types
@@ -28,13 +33,15 @@ from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.shared.message import SessionMessage
 
-from toolscore._lines import LineWriter, Oversized, message_id, read_lines, widen_pipe, write_lines
+from toolscore._lines import LineWriter, Oversized, message_id, read_lines, widen_pipe
 from toolscore.config import DEFAULT_MAX_REQUEST_BYTES
-from toolscore.front.fast import FastCalls
+from toolscore.front.fast import FastCalls, Job
 
-__all__ = ["pollable", "stdio_transport"]
+__all__ = ["ClientLines", "pollable", "stdio_transport"]
 
 log = structlog.get_logger("toolscore.stdio")
+
+_IDLE_WORKERS = 8
 
 
 def pollable(fd: int) -> bool:
@@ -67,51 +74,129 @@ Outgoing = SessionMessage | bytes
 """What goes to the client: the SDK's messages, and whole lines the hot path encoded itself."""
 
 
+class ClientLines:
+    """The client's side of the wire as the SDK's write stream: each message written by its sender."""
+
+    def __init__(self, writer: LineWriter) -> None:
+        self._writer = writer
+        self._closed = False
+
+    async def send(self, message: Outgoing, /) -> None:
+        """Write `message` (the SDK's; refused once the SDK closed this stream)."""
+        if self._closed:
+            raise anyio.ClosedResourceError
+        await self.write(message)
+
+    async def write(self, message: Outgoing) -> None:
+        """Write `message` whatever the SDK did (the gateway's own answers).
+
+        Raises:
+            anyio.BrokenResourceError: the client closed its end.
+        """
+        line = _encode(message)
+        if line:
+            await self._writer.write(line)
+        if self._writer.closed:
+            raise anyio.BrokenResourceError
+
+    async def aclose(self) -> None:
+        self._closed = True
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+
+class _Workers:
+    """Tasks that stay in the transport's task group and run the hot path's calls one after another.
+
+    Handing a call to a waiting worker costs one wake-up; an anyio task started per call costs
+    some 20-40 µs more (its cancel scope and task state), a few percent of a passthrough call.
+    A call that finds every worker busy starts one more; at most `_IDLE_WORKERS` stay idle.
+    """
+
+    def __init__(self, tg: TaskGroup, fast: FastCalls, out: ClientLines) -> None:
+        self._tg = tg
+        self._fast = fast
+        self._out = out
+        self._send, self._jobs = anyio.create_memory_object_stream[Job](math.inf)
+
+    def run(self, job: Job) -> None:
+        """Answer `job` on a worker."""
+        if self._send.statistics().tasks_waiting_receive == 0:
+            self._tg.start_soon(self._work)
+        self._send.send_nowait(job)
+
+    async def _work(self) -> None:
+        async for job in self._jobs:
+            await self._fast.run(job, self._out.write)
+            if self._send.statistics().tasks_waiting_receive >= _IDLE_WORKERS:
+                return  # enough are waiting: a burst's extra workers end
+
+    def end(self) -> None:
+        """No more calls: each worker ends once its call is answered."""
+        self._send.close()
+
+    def close(self) -> None:
+        """Release the queue, once no worker runs."""
+        self._send.close()
+        self._jobs.close()
+
+
 async def _read_lines(
     fd: int,
     sink: MemoryObjectSendStream[SessionMessage | Exception],
-    answer: MemoryObjectSendStream[Outgoing],
+    out: ClientLines,
     limit: int,
     fast: FastCalls | None,
-    tg: TaskGroup,
+    workers: _Workers | None,
 ) -> None:
-    async with sink, answer:
-        async for line in read_lines(fd, limit):  # until EOF: the client is gone
+    async with sink, aclosing(read_lines(fd, limit)) as lines:
+        async for line in lines:  # until EOF: the client is gone
             if isinstance(line, Oversized):
                 log.warning("request over the size limit refused", limit=limit)
                 error = _error(message_id(line.head), mcp_types.INVALID_REQUEST, f"the request exceeds {limit} bytes")
-                await answer.send(error)
+                await _answer(out, error)
                 continue
-            if fast is not None:
+            if fast is not None and workers is not None:
                 await fast.settled(line)
                 if fast.cancels(line):
                     continue
                 if (job := fast.take(line)) is not None:
-                    tg.start_soon(fast.run, job, answer.send)  # after EOF there is no one to answer
+                    workers.run(job)
                     continue
-            await _deliver(line, sink, answer)
+            await _deliver(line, sink, out)
+    if workers is not None:
+        workers.end()  # idle workers end; after EOF the transport's exit cancels the calls in flight
 
 
-async def _deliver(
-    line: bytes,
-    sink: MemoryObjectSendStream[SessionMessage | Exception],
-    answer: MemoryObjectSendStream[Outgoing],
-) -> None:
+async def _answer(out: ClientLines, message: SessionMessage) -> None:
+    try:
+        await out.write(message)
+    except anyio.BrokenResourceError:
+        log.debug("answer not delivered: the client is gone")
+
+
+async def _deliver(line: bytes, sink: MemoryObjectSendStream[SessionMessage | Exception], out: ClientLines) -> None:
     if not line.strip():
         return
     try:
         message = mcp_types.jsonrpc_message_adapter.validate_json(line, by_name=False)
     except ValueError:
         # The SDK would only log it: answer, so the client does not wait forever.
-        await answer.send(_answer_to_unreadable(line))
+        await _answer(out, _answer_to_unreadable(line))
         return
     if isinstance(message, mcp_types.JSONRPCNotification) and b'"id"' in line:
         # A request whose id is neither a string nor a number validates as a notification
         # (which never gets an answer): the spec calls it an invalid request.
         value = json.loads(line)
         if isinstance(value, dict) and "id" in value:
-            await answer.send(
-                _error(None, mcp_types.INVALID_REQUEST, "Invalid request: the id must be a string or a number")
+            await _answer(
+                out, _error(None, mcp_types.INVALID_REQUEST, "Invalid request: the id must be a string or a number")
             )
             return
     await sink.send(SessionMessage(message))
@@ -133,11 +218,6 @@ def _encode(message: Outgoing) -> bytes:
         return (reply.message.model_dump_json(by_alias=True, exclude_unset=True) + "\n").encode()
 
 
-async def _write_lines(fd: int, source: MemoryObjectReceiveStream[Outgoing]) -> None:
-    async with source:
-        await write_lines(LineWriter(fd), (_encode(message) async for message in source))
-
-
 @asynccontextmanager
 async def stdio_transport(
     stdin_fd: int = 0,
@@ -145,7 +225,7 @@ async def stdio_transport(
     *,
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
     fast: FastCalls | None = None,
-) -> AsyncIterator[tuple[MemoryObjectReceiveStream[SessionMessage | Exception], MemoryObjectSendStream[Outgoing]]]:
+) -> AsyncIterator[tuple[MemoryObjectReceiveStream[SessionMessage | Exception], ClientLines]]:
     """Serve JSON-RPC lines on `stdin_fd`/`stdout_fd`; yields the (read, write) streams for `Server.run`.
 
     `fast`: the server's hot path for `tools/call` (None: every line goes to the SDK).
@@ -160,16 +240,19 @@ async def stdio_transport(
     for fd in blocking:
         os.set_blocking(fd, False)
     read_send, read_recv = anyio.create_memory_object_stream[SessionMessage | Exception](0)
-    write_send, write_recv = anyio.create_memory_object_stream[Outgoing](0)
+    out = ClientLines(LineWriter(wire_out))
+    workers: _Workers | None = None
     try:
         async with anyio.create_task_group() as tg:
-            tg.start_soon(_read_lines, stdin_fd, read_send, write_send.clone(), max_request_bytes, fast, tg)
-            tg.start_soon(_write_lines, wire_out, write_recv)
+            workers = _Workers(tg, fast, out) if fast is not None else None
+            tg.start_soon(_read_lines, stdin_fd, read_send, out, max_request_bytes, fast, workers)
             try:
-                yield read_recv, write_send
+                yield read_recv, out
             finally:
                 tg.cancel_scope.cancel()
     finally:
+        if workers is not None:
+            workers.close()
         for fd, was_blocking in blocking.items():
             os.set_blocking(fd, was_blocking)
         os.dup2(wire_out, stdout_fd)
