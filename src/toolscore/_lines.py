@@ -204,32 +204,26 @@ class LineWriter:
         """Write `parts` back to back as one line (the caller ends it with a newline)."""
         if self.closed:
             return
-        data: bytes | memoryview = parts[0] if len(parts) == 1 else b"".join(parts)  # one write, one wake-up
+        rest = memoryview(parts[0] if len(parts) == 1 else b"".join(parts))  # one write, one wake-up
         if not self._lock.locked():
             # Nobody is in the middle of a line: the whole line usually goes at once, with no
             # await before it, so the lock is not needed for it.
-            try:
-                written = os.write(self._fd, data)
-            except BlockingIOError:
-                written = 0
-            except OSError:  # EPIPE: the other end closed; its reader's EOF ends the session
-                self.closed = True
+            rest = self._put(rest)
+            if not rest:
                 return
-            if written == len(data):
-                return
-            data = memoryview(data)[written:]
         async with self._lock:  # free: taken without yielding, so the rest follows what was written
-            view = memoryview(data)
-            while view and not self.closed:
-                try:
-                    written = os.write(self._fd, view)
-                except BlockingIOError:
-                    await anyio.wait_writable(self._fd)
-                    continue
-                except OSError:
-                    self.closed = True
-                    return
-                view = view[written:]
+            while rest := self._put(rest):
+                await anyio.wait_writable(self._fd)
+
+    def _put(self, data: memoryview) -> memoryview:
+        """Write what the pipe takes now; the part it did not take (empty once the reader is gone)."""
+        try:
+            return data[os.write(self._fd, data) :]
+        except BlockingIOError:
+            return data
+        except OSError:  # EPIPE: the other end closed; its reader's EOF ends the session
+            self.closed = True
+            return data[len(data) :]
 
 
 async def write_lines(writer: LineWriter, lines: AsyncIterator[bytes]) -> None:
