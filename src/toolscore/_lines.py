@@ -7,8 +7,8 @@ the descriptor stays registered with the loop while it is read (`_Readable`): an
 `wait_readable` registers and unregisters it around every wait, two `epoll_ctl` calls and a
 round of bookkeeping per message, on both ends of every call. A line
 longer than the limit is never held: only its first KiB is kept (to find the id of the request
-it belongs to), and the rest is dropped up to the next newline. The newline search resumes where
-the last one stopped, so a long line costs one pass, not one pass per chunk.
+it belongs to), and the rest is dropped up to the next newline. Each chunk is searched once, and
+a line that came in several chunks is joined once: a long line costs one pass and one copy.
 """
 
 from __future__ import annotations
@@ -47,40 +47,56 @@ class LineSplitter:
 
     def __init__(self, limit: int) -> None:
         self._limit = limit
-        self._buffer = bytearray()
-        self._scanned = 0
+        self._parts: list[bytes] = []
+        """The unfinished line, as the chunks it came in: joined once, when its newline comes."""
+        self._held = 0
         self._skipping: bytes | None = None
 
     def feed(self, chunk: bytes) -> list[bytes | Oversized]:
         """The lines (without their newline, not stripped) and oversized lines `chunk` completes."""
         out: list[bytes | Oversized] = []
+        start = 0
         if self._skipping is not None:
             newline = chunk.find(b"\n")
             if newline < 0:
                 return out
             out.append(Oversized(self._skipping))
-            self._skipping, chunk = None, chunk[newline + 1 :]
-        buffer = self._buffer
-        buffer += chunk
-        start = 0
-        view = memoryview(buffer)
-        while (newline := buffer.find(b"\n", self._scanned)) >= 0:
-            out.append(bytes(view[start:newline]))  # one copy, not a slice and then a copy of it
-            start = self._scanned = newline + 1
-        view.release()  # a bytearray cannot be resized while viewed
-        del buffer[:start]
-        self._scanned = len(buffer)
-        if len(buffer) > self._limit:
-            self._skipping = bytes(buffer[:_HEAD])
-            buffer.clear()
-            self._scanned = 0
+            self._skipping, start = None, newline + 1
+        parts = self._parts
+        while (newline := chunk.find(b"\n", start)) >= 0:
+            if parts:  # one copy of a line that came in parts, however many
+                parts.append(chunk[start:newline])
+                out.append(b"".join(parts))
+                parts.clear()
+                self._held = 0
+            else:
+                out.append(chunk[start:newline])
+            start = newline + 1
+        if start < len(chunk):
+            parts.append(chunk[start:] if start else chunk)
+            self._held += len(chunk) - start
+            if self._held > self._limit:
+                self._skipping = _head(parts)
+                parts.clear()
+                self._held = 0
         return out
 
     def finish(self) -> bytes | Oversized | None:
         """At end of stream: the unterminated last line, if any."""
         if self._skipping is not None:
             return Oversized(self._skipping)
-        return bytes(self._buffer) if self._buffer.strip() else None
+        last = b"".join(self._parts)
+        return last if last.strip() else None
+
+
+def _head(parts: list[bytes]) -> bytes:
+    """The first `_HEAD` bytes of a line held in `parts`."""
+    head = bytearray()
+    for part in parts:
+        head += part[: _HEAD - len(head)]
+        if len(head) >= _HEAD:
+            break
+    return bytes(head)
 
 
 def widen_pipe(fd: int) -> None:
@@ -165,9 +181,10 @@ async def read_lines(fd: int, limit: int) -> AsyncGenerator[bytes | Oversized, N
                 await watcher.wait()
             else:
                 await anyio.wait_readable(fd)
+            size = _CHUNK
             while True:  # a full chunk: more is likely there, read on without waiting on the selector
                 try:
-                    chunk = os.read(fd, _CHUNK)
+                    chunk = os.read(fd, size)
                 except BlockingIOError:
                     break
                 except OSError:
@@ -179,8 +196,9 @@ async def read_lines(fd: int, limit: int) -> AsyncGenerator[bytes | Oversized, N
                     return
                 for line in splitter.feed(chunk):
                     yield line
-                if len(chunk) < _CHUNK:
+                if len(chunk) < size:
                     break
+                size = _PIPE_BYTES  # a large message: read on in the pipe's size, not 64 KiB at a time
                 await anyio.lowlevel.checkpoint()  # others run between chunks: a flood cannot starve them
     finally:
         if watcher is not None:

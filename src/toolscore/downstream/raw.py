@@ -42,6 +42,8 @@ __all__ = ["RawChannel", "RawResult"]
 _CANCEL_WRITE_SECONDS = 1.0
 _SERVER_INFO = mcp_types.SERVER_INFO_META_KEY.encode()
 _LOG = b'"notifications/message"'
+_QUOTE = ord('"')
+_BACKSLASH = b"\\"
 LogFn = Callable[[mcp_types.LoggingMessageNotificationParams], Awaitable[None]]
 
 
@@ -68,16 +70,18 @@ class _Progress(msgspec.Struct):
     message: str | None = None
 
 
+# The large members (text, base64 data) stay raw: their size is what the estimate needs, and a
+# plain string's size is its length in the line (`_chars`), without building a str of it.
 class _Contents(msgspec.Struct):
     uri: str
-    text: str | None = None
-    blob: str | None = None
+    text: msgspec.Raw = msgspec.Raw()
+    blob: msgspec.Raw = msgspec.Raw()
 
 
 class _Block(msgspec.Struct):
     type: str
-    text: str | None = None
-    data: str | None = None
+    text: msgspec.Raw = msgspec.Raw()
+    data: msgspec.Raw = msgspec.Raw()
     mimeType: str | None = None
     resource: _Contents | None = None
     uri: str | None = None
@@ -90,11 +94,13 @@ class _Summary(msgspec.Struct):
     content: list[_Block]
     isError: bool | None = None
     structuredContent: msgspec.Raw = msgspec.Raw()
+    meta: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="_meta")
 
 
 _incoming = msgspec.json.Decoder(_Incoming)
 _progress = msgspec.json.Decoder(_Progress)
 _summary = msgspec.json.Decoder(_Summary)
+_string = msgspec.json.Decoder(str)
 _encode = msgspec.json.Encoder().encode
 
 
@@ -113,34 +119,65 @@ class RawResult:
         return mcp_types.CallToolResult.model_validate_json(self.data)
 
 
-def _block_chars(block: _Block) -> int | None:
+def _chars(value: msgspec.Raw, plain: bool) -> int | None:
+    """The characters of the JSON string `value`; None if it is absent or not a string.
+
+    `plain`: the result is ASCII without a backslash, so no string in it has an escape and its
+    characters are its bytes between the quotes. Otherwise the string is decoded to count them,
+    which also refuses a lone surrogate (the SDK's models then say what is wrong).
+    """
+    if not value or memoryview(value)[0] != _QUOTE:
+        return None
+    if plain:
+        return len(value) - 2
+    return len(_string.decode(value))
+
+
+def _block_chars(block: _Block, plain: bool) -> int | None:
     """The characters of one content block the estimate counts; None: a shape to leave to the SDK."""
     kind = block.type
     if kind == "text":
-        return None if block.text is None else len(block.text)
+        return _chars(block.text, plain)
     if kind in ("image", "audio"):
-        return None if block.data is None or block.mimeType is None else len(block.data)
+        return None if block.mimeType is None else _chars(block.data, plain)
     if kind == "resource":
         res = block.resource
-        if res is None or (res.text is None) == (res.blob is None):
+        if res is None:
             return None
-        return len(res.text if res.text is not None else res.blob or "")
+        text, blob = _chars(res.text, plain), _chars(res.blob, plain)
+        return None if (text is None) == (blob is None) else text if text is not None else blob
     if kind == "resource_link":  # counted whole, as the models count a block of another kind
         if block.uri is None or block.name is None:
             return None
-        return len(_encode({k: v for k, v in msgspec.structs.asdict(block).items() if v is not None}))
+        return len(_encode(_link_fields(block)))
     return None
+
+
+def _link_fields(block: _Block) -> dict[str, Any]:
+    """The members of a resource_link block that are there and not null, strings decoded."""
+    fields: dict[str, Any] = {}
+    for name in block.__struct_fields__:
+        value = getattr(block, name)
+        if isinstance(value, msgspec.Raw):
+            value = None if not value or bytes(value) == b"null" else _string.decode(value)
+        if value is not None:
+            fields[name] = value
+    return fields
 
 
 def read_result(data: bytes) -> RawResult | None:
     """`data` (a result's JSON) checked and summarised, or None where the SDK's models must decode it."""
-    if _SERVER_INFO in data or (not data.isascii() and not _utf8(data)):
+    ascii_only = data.isascii()
+    if not ascii_only and not _utf8(data):
         return None
+    plain = ascii_only and _BACKSLASH not in data
     try:
         summary = _summary.decode(data)
+        if summary.meta and _SERVER_INFO in bytes(summary.meta):
+            return None  # a 2026-era server's stamp: the models take it out (`Downstream.call_raw`)
         chars = 0
         for block in summary.content:
-            size = _block_chars(block)
+            size = _block_chars(block, plain)
             if size is None:
                 return None
             chars += size
