@@ -5,6 +5,7 @@ not the subject here: tests/downstream/test_child.py and test_transports.py cove
 from __future__ import annotations
 
 import re
+import warnings
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -211,3 +212,12 @@ async def test_a_restarting_servers_tools_say_so_and_when_to_retry(tmp_path: Pat
         listing = True
         await wait_for(lambda: gw.hub.unavailable_reason("docs") is None, 20)
         assert text(await client.call_tool("docs__read", {"text": "back"})) == "back"
+
+
+async def test_the_health_check_pings_without_a_deprecation_warning(gateway: Gateway) -> None:
+    # Client.send_ping warns that 2026-07-28 removed ping, on the stderr of every gateway that
+    # checks a server's health; the session's ping is the same request without it.
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        assert await gateway.hub.downstreams["fx"].ping() is None
+    assert [str(w.message) for w in seen] == []

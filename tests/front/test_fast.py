@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -29,6 +30,7 @@ from tests.conftest import FIXTURE_SERVER, TOOLSCORE, fixture_entry, write_confi
 from tests.fixtures.corpus_server import CASES, ENVELOPES
 from toolscore import load_config, open_gateway
 from toolscore._lines import LineWriter, read_lines
+from toolscore.front.fast import FastCalls
 from toolscore.front.stdio import stdio_transport
 
 pytestmark = pytest.mark.anyio
@@ -46,6 +48,8 @@ class LineClient:
         self._lines = lines
         self.other: list[bytes] = []
         """Lines read while waiting for an answer (notifications, other answers)."""
+        self.fast: FastCalls | None = None
+        """The front's hot path, when the gateway runs in this process."""
 
     async def send(self, message: dict[str, Any] | bytes) -> None:
         data = message if isinstance(message, bytes) else json.dumps(message).encode()
@@ -110,9 +114,10 @@ async def gateway(
 
 @asynccontextmanager
 async def gateway_in_process(
-    config: Path, *, version: str = LATEST, capabilities: dict[str, Any] | None = None
+    config: Path, *, version: str = LATEST, capabilities: dict[str, Any] | None = None, hot: bool = True
 ) -> AsyncIterator[LineClient]:
-    """The same front on a pair of pipes in this process (its servers are still subprocesses)."""
+    """The same front on a pair of pipes in this process (its servers are still subprocesses);
+    `hot=False`: without the hot path, every request the SDK's."""
     server_in, client_out = os.pipe()
     client_in, server_out = os.pipe()
     os.set_blocking(client_out, False)
@@ -122,13 +127,14 @@ async def gateway_in_process(
         await gw.hub.wait_started()
 
         async def serve() -> None:
-            async with stdio_transport(server_in, server_out, fast=gw.server.fast) as (read, write):
+            async with stdio_transport(server_in, server_out, fast=gw.server.fast if hot else None) as (read, write):
                 await gw.server.run(read, write, gw.server.create_initialization_options())
             ended.set()
 
         tg.start_soon(serve)
         lines = (line async for line in read_lines(client_in, _LIMIT) if isinstance(line, bytes))
         client = LineClient(LineWriter(client_out).write, lines)
+        client.fast = gw.server.fast
         await client.handshake(version, capabilities)
         try:
             yield client
@@ -207,6 +213,7 @@ async def test_result_rules_make_the_call_take_the_model_path(tmp_path: Path, la
         line = await client.call(1, "c__case", {"name": "unicode"})
     text = json.loads(line)["result"]["content"][0]["text"]
     assert "caf\u00e9" not in text and "\U0001f600" in text  # redacted: the rule saw the result
+    assert b'"resultType"' not in line  # dumped as the SDK does for this version (2026-07-28 has it)
 
 
 async def test_progress_reaches_the_client_before_the_answer(tmp_path: Path, launch: Launch) -> None:
@@ -375,3 +382,32 @@ async def test_a_destructive_call_asks_the_user_through_the_fast_path(tmp_path: 
             results[key] = json.loads(await client.answer(n))["result"]
     assert not results["yes"].get("isError") and (tmp_path / "deleted-yes").exists()
     assert results["no"]["isError"] is True and not (tmp_path / "deleted-no").exists()
+
+
+async def test_a_plan_takes_the_hot_path_and_answers_as_the_sdk_path_does(tmp_path: Path) -> None:
+    # Only the request and the answer skip the models: the plan runs as on the SDK path, and its
+    # answer has the same bytes but for its ids and timings.
+    config = write_config(tmp_path, {"fx": fixture_entry(tmp_path)})
+    plan = (
+        '<fx><sleep>{"seconds": 1}</sleep></fx>'
+        '<parallel><fx><echo>{"text": "a"}</echo></fx><fx><add>{"a": 1, "b": 2}</add></fx></parallel>'
+        "<execute_tools />"
+    )
+    answers: list[bytes] = []
+    for hot in (True, False):
+        async with gateway_in_process(config, hot=hot) as client:
+            assert client.fast is not None
+            await client.start(1, "orchestrate", {"plan": plan})
+            with anyio.move_on_after(0.5):  # while the first step sleeps: the hot path has the plan, or not
+                while not client.fast._running:  # noqa: ASYNC110 - nothing to wait on but the table
+                    await anyio.sleep(0.01)
+            assert bool(client.fast._running) == hot
+            answers.append(_steady(result_bytes(await client.answer(1), 1)))
+    assert b"<result" in answers[0] and b'{\\"sum\\": 3}' in answers[0]
+    assert answers[0] == answers[1]
+
+
+def _steady(data: bytes) -> bytes:
+    """A plan's answer without what differs between two runs: episode and plan ids, milliseconds."""
+    data = re.sub(rb'(episode id=\\"|"episode":"|"plan_id":")[0-9a-f]+', rb"\1ID", data)
+    return re.sub(rb'(ms=\\"|"ms":)[0-9.]+', rb"\g<1>0", data)

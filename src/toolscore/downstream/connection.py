@@ -485,7 +485,9 @@ class Downstream:
             return None
         with anyio.move_on_after(self.config.ping_timeout):
             try:
-                await client.send_ping()
+                # The session's ping: `Client.send_ping` sends the same request, and also warns on
+                # the gateway's stderr that 2026-07-28 removed the method.
+                await client.session.send_ping()
             except MCPError as exc:  # an error answer is an answer, unless the connection closed
                 if exc.code == mcp_types.CONNECTION_CLOSED:
                     self._lost.set()
@@ -519,7 +521,7 @@ class Downstream:
         try:
             with anyio.move_on_after(self.config.ping_timeout) as scope:
                 try:
-                    await client.send_ping()
+                    await client.session.send_ping()  # not `Client.send_ping`: see `ping`
                 except (MCPError, *_LOST_ERRORS, httpx2.TransportError):
                     return  # the connection is already going; the supervisor handles it
             if scope.cancelled_caught and self._client is client:

@@ -8,8 +8,11 @@ downstream tool, on a connection that completed the handshake at the latest hand
 version, is decoded here in one msgspec pass and run through the same engine call as the SDK
 path (validation, policy, deadline, audit: `Relay`). The answer is written as bytes: the
 downstream's result bytes spliced into the response envelope when the engine kept them
-(`CallOutcome.raw`), else the result model dumped as the SDK would. The client's
-`notifications/cancelled` for such a call cancels it here, and no answer is sent, as the SDK does.
+(`CallOutcome.raw`), else the result model dumped and shaped for the connection's version as the
+SDK's runner does. An `orchestrate` call takes this path too: its plan runs through the SDK path's
+own handler, in the same context, and only the request and the answer skip the models. The
+client's `notifications/cancelled` for such a call cancels it here, and no answer is sent, as the
+SDK does.
 
 The path opens once the SDK has handled the client's `notifications/initialized` (its context is
 the template of each fast request's): a `tools/call` read right after that notification waits
@@ -35,6 +38,7 @@ import mcp_types
 import msgspec
 import structlog
 from mcp.server import ServerRequestContext
+from mcp_types.methods import serialize_server_result
 from mcp_types.version import LATEST_HANDSHAKE_VERSION
 from pydantic import ValidationError
 
@@ -48,9 +52,13 @@ __all__ = ["FastCalls", "Job", "Relay", "answer", "cancelled_id", "decode_call"]
 
 log = structlog.get_logger("toolscore.fast")
 
-Relay = Callable[[ServerRequestContext[Any], mcp_types.CallToolRequestParams, str], Awaitable[CallOutcome]]
-"""Runs one passthrough call through the engine for a request's context, its params and the
-protocol version whose result bytes may be kept (the front server's own path, shared)."""
+Relay = Callable[
+    [ServerRequestContext[Any], mcp_types.CallToolRequestParams, str],
+    Awaitable[CallOutcome | mcp_types.CallToolResult | mcp_types.InputRequiredResult],
+]
+"""Runs one call for a request's context, its params and the protocol version whose result bytes
+may be kept (the front server's own path, shared): a passthrough call's engine outcome, or the
+answer of one of the gateway's own tools (`orchestrate`)."""
 Send = Callable[[bytes], Awaitable[None]]
 """Writes one whole line to the client."""
 
@@ -159,6 +167,7 @@ async def answer(
             (progress, logs, sampling), so a transport knows the answer does not come first.
     """
     params = job.params
+    version = template.protocol_version
     meta: mcp_types.RequestParamsMeta | None = None
     if params.meta is not None:
         with suppress(ValidationError):  # as the SDK reads a malformed `_meta`: absent
@@ -167,18 +176,24 @@ async def answer(
         # Validating (in Rust) costs a third of `model_construct` (Python), and the decoder checked the types.
         model = mcp_types.CallToolRequestParams(name=params.name, arguments=params.arguments)
         ctx = request_context(template, job.id, "tools/call", {"name": params.name}, meta, on_send=on_send)
-        outcome = await relay(ctx, model, template.protocol_version)
+        outcome = await relay(ctx, model, version)
     except Exception:  # the same boundary as the SDK path's (`front.server`)
         log.exception("internal error", tool=params.name)
         message = f"Error executing tool {params.name}: internal gateway error (see the gateway log)."
-        return _response(job.id, _dump(error_result(message)), end)
-    error = outcome.error
-    if isinstance(error, DownstreamProtocolError) and (for_client := error.for_the_client) is not None:
-        return _error_response(job.id, for_client, end)  # for the client to act on, as on the SDK path
-    raw = outcome.raw
-    if raw is not None:
-        return _response(job.id, raw.data, end)
-    return _response(job.id, _dump(outcome.result), end)
+        outcome = error_result(message)
+    if isinstance(outcome, CallOutcome):
+        error = outcome.error
+        if isinstance(error, DownstreamProtocolError) and (for_client := error.for_the_client) is not None:
+            return _error_response(job.id, for_client, end)  # for the client to act on, as on the SDK path
+        if outcome.raw is not None:
+            return _response(job.id, outcome.raw.data, end)
+        outcome = outcome.result
+    try:
+        return _response(job.id, _dump(outcome, version), end)
+    except ValidationError:  # as the SDK's runner answers a result its version's surface refuses
+        log.exception("invalid result", tool=params.name)
+        invalid = mcp_types.ErrorData(code=mcp_types.INTERNAL_ERROR, message="Handler returned an invalid result")
+        return _error_response(job.id, invalid, end)
 
 
 class FastCalls:
@@ -187,12 +202,13 @@ class FastCalls:
     def __init__(self, relay: Relay, *, serves: Callable[[str], bool]) -> None:
         """Args:
         relay: The front server's passthrough call.
-        serves: Whether a tool name is a downstream tool (not one of the gateway's own).
+        serves: Whether the hot path takes a tool: a downstream tool, or `orchestrate` (its
+            plan runs as on the SDK path; only the request and the answer skip the models).
         """
         self.relay = relay
         """The front server's passthrough call (the HTTP front's hot path uses it too)."""
         self.serves = serves
-        """Whether a tool name is a downstream tool."""
+        """Whether the hot path takes a tool (see `__init__`)."""
         self._enabled = False
         self._template: ServerRequestContext[Any] | None = None
         self._handshake_seen = False
@@ -262,6 +278,13 @@ class FastCalls:
             log.debug("answer not delivered: the client is gone", id=job.id)
 
 
-def _dump(result: mcp_types.CallToolResult) -> bytes:
-    """A result model as the SDK's runner dumps it; text no encoder takes (a lone surrogate) replaced."""
-    return scrub_unpaired_surrogates(result).model_dump_json(by_alias=True, exclude_none=True).encode()
+def _dump(result: mcp_types.CallToolResult | mcp_types.InputRequiredResult, version: str) -> bytes:
+    """A result model as the SDK's runner writes it for `version`: dumped, then shaped by that
+    version's surface (which drops what the version does not have, `resultType` before 2026);
+    text no encoder takes (a lone surrogate) replaced.
+
+    Raises:
+        ValidationError: the version's surface refuses the result.
+    """
+    dumped = scrub_unpaired_surrogates(result).model_dump(by_alias=True, mode="json", exclude_none=True)
+    return _encode(serialize_server_result("tools/call", version, dumped))

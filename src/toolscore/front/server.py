@@ -383,14 +383,18 @@ def build_server(
 
     async def relay(
         ctx: ServerRequestContext[Any], params: mcp_types.CallToolRequestParams, raw_for: str
-    ) -> CallOutcome:
+    ) -> CallOutcome | mcp_types.CallToolResult | mcp_types.InputRequiredResult:
+        if params.name == ORCHESTRATE:
+            return await call_tool(ctx, params)  # a plan: the SDK path's own handler, in the same context
         # The hot path's passthrough call: the SDK path's, with the result kept as bytes.
         caller = callers.identify(ctx)
         with on_behalf_of(peer_for(ctx)):
             return await passthrough(ctx, params, _progress_of(ctx), caller, raw_for)
 
     def routed(name: str) -> bool:
-        if name == ORCHESTRATE or (delegator is not None and name == DELEGATE):
+        if name == ORCHESTRATE:
+            return orchestrator.refusal is None  # else the SDK path answers that it is not there
+        if delegator is not None and name == DELEGATE:
             return False
         return not (toolhub is not None and toolhub.handles(name)) and hub.registry.get(name) is not None
 
