@@ -89,8 +89,8 @@ class HttpCalls:
     ) -> None:
         """Args:
         app: The SDK's streamable HTTP app.
-        relay: The front server's passthrough call.
-        serves: Whether a tool name is a downstream tool (not one of the gateway's own).
+        relay: The front server's call for the hot path (`front.fast.Relay`).
+        serves: Whether the hot path takes a tool: a downstream tool, or `orchestrate`.
         manager: The app's session manager.
         max_body: The largest request body; a larger one goes to the SDK, which refuses it.
         """
