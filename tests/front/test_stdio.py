@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextvars
+import itertools
 import json
 import os
 import signal
@@ -11,10 +13,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 from mcp import Client, StdioServerParameters
 
-from tests.conftest import TOOLSCORE, fixture_entry, write_config
+from tests.conftest import TOOLSCORE, fixture_entry, wait_for, write_config
+from toolscore._lines import LineWriter
+from toolscore.front.stdio import _IDLE_WORKERS, ClientLines, _Workers
 
 pytestmark = pytest.mark.e2e
 
@@ -127,3 +132,58 @@ async def test_a_real_stdio_client_in_both_eras(tmp_path: Path, mode: str) -> No
         assert len((await client.list_tools()).tools) == 1 + 18  # orchestrate + the fixture's
         result = await client.call_tool("fx__add", {"a": 1, "b": 2})
         assert result.structured_content == {"sum": 3}
+
+
+_WORKER: contextvars.ContextVar[int] = contextvars.ContextVar("worker")
+
+
+class _Recorder:
+    """Stands in for the hot path under `_Workers`: notes which task ran each call, and holds
+    every call until released, so a burst's calls all run at once."""
+
+    def __init__(self) -> None:
+        self.tasks: list[int] = []
+        self.release = anyio.Event()
+        self._numbers = itertools.count()
+
+    async def run(self, job: object, send: object) -> None:
+        # A worker is one task, with a context of its own: it keeps its number from call to call
+        # (task ids are addresses, reused once a task ends).
+        number = _WORKER.get(None)
+        if number is None:
+            number = next(self._numbers)
+            _WORKER.set(number)
+        self.tasks.append(number)
+        await self.release.wait()
+
+
+@pytest.mark.anyio
+async def test_workers_run_a_burst_at_once_and_keep_a_few_for_the_next() -> None:
+    recorder = _Recorder()
+    out = os.open(os.devnull, os.O_WRONLY)
+    async with anyio.create_task_group() as tg:
+        workers = _Workers(tg, recorder, ClientLines(LineWriter(out)))  # type: ignore[arg-type]
+        for job in range(20):
+            workers.run(job)  # type: ignore[arg-type]
+        await wait_for(lambda: len(recorder.tasks) == 20)
+        assert len(set(recorder.tasks)) == 20  # none waited for another
+        recorder.release.set()
+        await anyio.sleep(0.1)  # the burst's workers are done: a few wait, the rest ended
+        first = set(recorder.tasks)
+        recorder.tasks.clear()
+        for job in range(10):  # one after another: the same few workers, no new ones
+            workers.run(job)  # type: ignore[arg-type]
+            await wait_for(lambda n=job + 1: len(recorder.tasks) == n)
+        assert set(recorder.tasks) <= first
+        await anyio.sleep(0.1)  # the last of them is waiting again
+        recorder.release = anyio.Event()
+        recorder.tasks.clear()
+        for job in range(20):  # the next burst: the idle workers, and new ones for the rest
+            workers.run(job)  # type: ignore[arg-type]
+        await wait_for(lambda: len(recorder.tasks) == 20)
+        assert len(set(recorder.tasks)) == 20
+        assert len(set(recorder.tasks) & first) == _IDLE_WORKERS
+        recorder.release.set()
+        workers.end()
+    workers.close()
+    os.close(out)

@@ -251,10 +251,12 @@ class DownstreamHub:
         protocol_version: str,
     ) -> RawResult | mcp_types.CallToolResult:
         """`call`, with the result as the server's bytes where the connection allows (`Downstream.call_raw`)."""
+        shared = self.downstreams.get(server)
+        if shared is not None and shared.config.isolation != "session":
+            # What `_serving` gives a shared server, without its context manager: the hot path's every call.
+            return await _call_raw(shared, tool, arguments, progress, protocol_version)
         async with self._serving(server, caller) as downstream:
-            if runs_as_task(downstream, tool):
-                return await call_tool(downstream, tool, arguments, progress=progress)
-            return await downstream.call_raw(tool, arguments, progress=progress, protocol_version=protocol_version)
+            return await _call_raw(downstream, tool, arguments, progress, protocol_version)
 
     @asynccontextmanager
     async def _serving(self, server: str, caller: str | None) -> AsyncIterator[Downstream]:
@@ -414,3 +416,11 @@ async def open_hub(
         finally:
             hub._closing = True
             tg.cancel_scope.cancel()
+
+
+async def _call_raw(
+    downstream: Downstream, tool: str, arguments: Arguments, progress: ProgressFn | None, protocol_version: str
+) -> RawResult | mcp_types.CallToolResult:
+    if runs_as_task(downstream, tool):
+        return await call_tool(downstream, tool, arguments, progress=progress)  # a task's result is a model
+    return await downstream.call_raw(tool, arguments, progress=progress, protocol_version=protocol_version)

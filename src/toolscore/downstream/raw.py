@@ -20,6 +20,7 @@ know, the downstream's `serverInfo` stamp) is decoded by the SDK's models instea
 
 from __future__ import annotations
 
+import asyncio  # noqa: TID251 (the gateway runs on asyncio; see `_Call.done`)
 import itertools
 import secrets
 from collections.abc import Awaitable, Callable
@@ -199,7 +200,8 @@ def _utf8(data: bytes) -> bool:
 @dataclass(slots=True)
 class _Call:
     progress: ProgressFn | None
-    done: anyio.Event = field(default_factory=anyio.Event)
+    # A bare future: an anyio Event is one wrapped, and costs twice as much to make, set and await.
+    done: asyncio.Future[None] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
     answer: _Incoming | None = None
     error: mcp_types.ErrorData | None = None
 
@@ -258,26 +260,27 @@ class RawChannel:
                 await call.progress(progress.progress, progress.total, progress.message)
             return True
         call = self._calls.get(message.id) if isinstance(message.id, str) else None
-        if call is None or call.done.is_set():
+        if call is None or call.done.done():
             return False
         call.answer = message
-        call.done.set()
+        call.done.set_result(None)
         return True
 
     def fail(self, request_id: object, error: mcp_types.ErrorData) -> bool:
         """End the call `request_id` with `error` (its answer could not be read); False: not ours."""
         call = self._calls.get(request_id) if isinstance(request_id, str) else None
-        if call is None or call.done.is_set():
+        if call is None or call.done.done():
             return False
         call.error = error
-        call.done.set()
+        call.done.set_result(None)
         return True
 
     def close(self) -> None:
         """The connection ended: every call in flight fails as the SDK's own would."""
         self._closed = True
         for call in self._calls.values():
-            call.done.set()
+            if not call.done.done():
+                call.done.set_result(None)
 
     async def call(
         self, tool: str, arguments: Arguments, *, progress: ProgressFn | None
@@ -301,7 +304,7 @@ class RawChannel:
             await self._writer.write(line, b"\n")
             if self._writer.closed:
                 raise _lost(self._server)
-            await call.done.wait()
+            await call.done
         except anyio.get_cancelled_exc_class():
             with anyio.CancelScope(shield=True), anyio.move_on_after(_CANCEL_WRITE_SECONDS):
                 notice = {"requestId": request_id, "reason": "cancelled by the gateway"}

@@ -124,18 +124,23 @@ class _Workers:
         self._fast = fast
         self._out = out
         self._send, self._jobs = anyio.create_memory_object_stream[Job](math.inf)
+        self._idle = 0
+        """Workers waiting for a call (counted here: the stream's statistics build an object per call)."""
 
     def run(self, job: Job) -> None:
         """Answer `job` on a worker."""
-        if self._send.statistics().tasks_waiting_receive == 0:
-            self._tg.start_soon(self._work)
+        if self._idle:
+            self._idle -= 1  # a waiting worker takes it
+        else:
+            self._tg.start_soon(self._work)  # which takes it
         self._send.send_nowait(job)
 
     async def _work(self) -> None:
         async for job in self._jobs:
             await self._fast.run(job, self._out.write)
-            if self._send.statistics().tasks_waiting_receive >= _IDLE_WORKERS:
+            if self._idle >= _IDLE_WORKERS:
                 return  # enough are waiting: a burst's extra workers end
+            self._idle += 1  # nothing runs before this worker waits again
 
     def end(self) -> None:
         """No more calls: each worker ends once its call is answered."""
