@@ -29,6 +29,7 @@ import mcp_types
 __all__ = ["LineSplitter", "LineWriter", "Oversized", "message_id", "read_lines", "widen_pipe", "write_lines"]
 
 _CHUNK = 1 << 16  # below malloc's mmap threshold: a small message does not cost a mapping per read
+# (1 MiB reads of a large message measured no faster, and held 2.7 MB more at peak)
 _PIPE_BYTES = 1 << 20
 
 _HEAD = 1024
@@ -181,10 +182,9 @@ async def read_lines(fd: int, limit: int) -> AsyncGenerator[bytes | Oversized, N
                 await watcher.wait()
             else:
                 await anyio.wait_readable(fd)
-            size = _CHUNK
             while True:  # a full chunk: more is likely there, read on without waiting on the selector
                 try:
-                    chunk = os.read(fd, size)
+                    chunk = os.read(fd, _CHUNK)
                 except BlockingIOError:
                     break
                 except OSError:
@@ -196,9 +196,8 @@ async def read_lines(fd: int, limit: int) -> AsyncGenerator[bytes | Oversized, N
                     return
                 for line in splitter.feed(chunk):
                     yield line
-                if len(chunk) < size:
+                if len(chunk) < _CHUNK:
                     break
-                size = _PIPE_BYTES  # a large message: read on in the pipe's size, not 64 KiB at a time
                 await anyio.lowlevel.checkpoint()  # others run between chunks: a flood cannot starve them
     finally:
         if watcher is not None:
