@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -26,6 +25,7 @@ from pathlib import Path
 
 import anyio
 import httpx2
+from _common import free_port, percentile, wait_serving
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
@@ -35,31 +35,11 @@ TOOLSCORE = str(Path(sys.executable).parent / "toolscore")
 WARM_UP = 20
 
 
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def start(command: list[str], port: int, env: dict[str, str]) -> subprocess.Popen[bytes]:
     """Start a server process and wait until it answers HTTP on `port`."""
     process = subprocess.Popen(command, env={**os.environ, **env}, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            httpx2.get(f"http://127.0.0.1:{port}/", timeout=1)
-            return process
-        except httpx2.TransportError:
-            if process.poll() is not None:
-                raise RuntimeError(f"{command[1]} exited with {process.returncode}") from None
-            time.sleep(0.1)
-    process.kill()
-    raise RuntimeError(f"{command[1]} did not answer within 30 s")
+    wait_serving(process, port, command[1], 30)
+    return process
 
 
 async def measure(url: str, tool: str, calls: int) -> dict[str, float]:

@@ -24,18 +24,13 @@ from typing import Any
 
 import anyio
 import httpx2
+from _common import HOST, free_port, percentile, wait_serving
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURE = ROOT / "tests" / "fixtures" / "fixture_server.py"
 TOOLSCORE = str(Path(sys.executable).parent / "toolscore")
-HOST = "127.0.0.1"  # loopback only, whatever the options say
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))] if ordered else float("nan")
 
 
 def rss_mib(pid: int) -> float:
@@ -43,14 +38,6 @@ def rss_mib(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     return float("nan")
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return int(s.getsockname()[1])
 
 
 class Tally:
@@ -135,17 +122,8 @@ def start_gateway(tmp: Path, port: int) -> subprocess.Popen[bytes]:
     config.write_text(json.dumps({"mcpServers": {"fx": fixture}, "toolscore": settings}))
     argv = [TOOLSCORE, "serve", "--transport", "http", "--host", HOST, "--port", str(port), "--config", str(config)]
     proc = subprocess.Popen(argv, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            httpx2.get(f"http://{HOST}:{port}/", timeout=1)
-            return proc
-        except httpx2.TransportError:
-            if proc.poll() is not None:
-                raise SystemExit(f"the gateway exited with status {proc.returncode}") from None
-            time.sleep(0.1)
-    proc.kill()
-    raise SystemExit("the gateway did not start listening within 60 s")
+    wait_serving(proc, port, "the gateway", 60)
+    return proc
 
 
 def report(name: str, tally: Tally, seconds: float | None = None) -> dict[str, Any]:

@@ -33,6 +33,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import anyio
+from _common import percentile
 from mcp import Client, StdioServerParameters
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -42,11 +43,6 @@ TOOLSCORE = str(Path(sys.executable).parent / "toolscore")
 MIB = 1 << 20
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 PLAN_STEPS = 10
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 class Route:

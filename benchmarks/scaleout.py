@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -35,6 +34,7 @@ from typing import Any
 
 import anyio
 import mcp_types
+from _common import free_port
 
 from toolscore import EngineSettings, ToolExecutionEngine, parse_config
 from toolscore._engine import CallOutcome, ExecutionContext
@@ -88,12 +88,6 @@ def build(
         settings=EngineSettings.from_config(config),
         pre_hooks=policy.pre,
     )
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def start_redis(workdir: Path) -> tuple[subprocess.Popen[bytes], str] | None:
