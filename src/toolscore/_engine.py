@@ -505,9 +505,7 @@ class ToolExecutionEngine:
                 f"Server '{route.server}' is not available ({reason}); tool '{ctx.tool}' was not called.",
                 server=route.server,
             )
-        if route.check is not None and route.check(ctx.arguments):
-            return route  # a compiled check vouched for them; jsonschema decides (and words) the rest
-        errors = sorted(route.validator.iter_errors(ctx.arguments), key=lambda e: list(map(str, e.absolute_path)))
+        errors = route.schema_errors(ctx.arguments)
         if errors:
             raise InvalidArguments(ctx.tool, [_describe_schema_error(e) for e in errors])
         return route

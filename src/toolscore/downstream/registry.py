@@ -10,6 +10,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import jsonschema.exceptions
 import mcp_types
 from jsonschema.exceptions import SchemaError
 from jsonschema.protocols import Validator
@@ -49,6 +50,13 @@ class Route:
     """Property names the inputSchema marks as paths (`format`), at any depth."""
     check: Check | None = field(default=None, repr=False, compare=False)
     """A fast yes-only check of arguments for common schema shapes (`schema_check`); None: jsonschema only."""
+
+    def schema_errors(self, arguments: Any) -> list[jsonschema.exceptions.ValidationError]:
+        """What is wrong with `arguments` by the inputSchema, in path order; nothing when the compiled
+        check vouches for them (its yes is jsonschema's yes); jsonschema decides, and words, the rest."""
+        if self.check is not None and self.check(arguments):
+            return []
+        return sorted(self.validator.iter_errors(arguments), key=lambda e: list(map(str, e.absolute_path)))
 
 
 @dataclass(frozen=True, slots=True)

@@ -140,7 +140,7 @@ class _Workers:
             await self._fast.run(job, self._out.write)
             if self._idle >= _IDLE_WORKERS:
                 return  # enough are waiting: a burst's extra workers end
-            self._idle += 1  # nothing runs before this worker waits again
+            self._idle += 1  # waiting from here: a call handed over before it receives waits in the stream
 
     def end(self) -> None:
         """No more calls: each worker ends once its call is answered."""

@@ -341,12 +341,9 @@ class _Checker:
         if found is None:
             return None
         arguments, refs = found
-        errors = (
-            []  # the compiled check vouched for them (`schema_check`: a yes is jsonschema's yes too)
-            if route.check is not None and route.check(arguments)
-            else [e for e in route.validator.iter_errors(arguments) if not contains_ref(e.instance)]
-        )
-        for err in sorted(errors, key=lambda e: list(map(str, e.absolute_path))):
+        for err in route.schema_errors(arguments):
+            if contains_ref(err.instance):
+                continue  # a reference's value is known when its step has run
             where = format_path(err.absolute_path)
             self.problem("invalid_arguments", f"{route.public_name}: {where}: {err.message}", node)
         if node.retries:
