@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import logging
 import os
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -121,6 +122,8 @@ class ExecutionContext:
     cancelled: bool = False
     estimated_tokens: int | None = None
     actual_tokens: int | None = None
+    input_tokens: int = 0
+    """What the arguments count for in the token figures (set in pre-validation)."""
     trace: Callable[[str], object] | None = field(default=None, repr=False)
     """Adds an event to the call's span, while tracing is on (`toolscore.telemetry.tracing`)."""
 
@@ -156,14 +159,15 @@ class ExecutionContext:
             kind, message = self.error.kind, str(self.error)
         else:
             kind, message = ("tool_error", None) if self.result is not None and self.result.is_error else (None, None)
-        return AuditRecord(
+        route = self.route
+        return AuditRecord.of_checked(
             time=self.started_at,
             call_id=self.call_id,
             request_id=self.request_id,
             plan_id=self.plan_id,
             tool=self.tool,
-            server=self.server,
-            remote_tool=self.route.remote_name if self.route else None,
+            server=route.server if route is not None else None,
+            remote_tool=route.remote_name if route is not None else None,
             phase=self.phase.value,
             duration_ms=round(self.duration * 1000, 3),
             success=self.success,
@@ -176,6 +180,9 @@ class ExecutionContext:
             answered_by=self.answered_by,
             argument_names=tuple(self.arguments),
             arguments=self.arguments if include_arguments else None,
+            plan_hash=None,
+            steps=None,
+            outcome=None,
         )
 
 
@@ -226,6 +233,12 @@ def error_result(message: str) -> mcp_types.CallToolResult:
 
 _STAND_IN = {flag: mcp_types.CallToolResult(content=[], is_error=flag) for flag in (False, True)}
 """What the wraps see of a result kept as bytes (`ExecutionContext.raw`): only whether it is an error."""
+
+
+def _timed_out(tool: str, server: str, seconds: float) -> CallTimeout:
+    return CallTimeout(
+        f"Tool '{tool}' did not answer within {seconds:g} s; the call was cancelled on server '{server}'."
+    )
 
 
 def _describe_schema_error(err: Any) -> str:
@@ -322,6 +335,8 @@ class ToolExecutionEngine:
             and all(getattr(w, "passes_results_through", False) for w in wrap_hooks)
         )
         """Whether a call asking for it (`raw_for`) can get the server's result bytes."""
+        self.hookless = call_raw is not None and not self._pre and not wrap_hooks and not self._post
+        """Whether no hook is installed: a caller may then send a call itself (`begin_sent`)."""
         self._predicted_output: dict[str, float] = {}
         self.audit_lost = 0
         """Audit records the sink raised on (and so lost) since the engine was built."""
@@ -411,11 +426,83 @@ class ToolExecutionEngine:
         assert ctx.result is not None
         return CallOutcome(ctx.result, ctx)
 
+    def begin_sent(
+        self, tool: str, route: Route, arguments: Arguments, *, request_id: str | int, session_id: str, raw_for: str
+    ) -> ExecutionContext | None:
+        """Phases 1 and 2 of a call its caller sends and waits for itself (the front's express lane).
+
+        Only while no hook is installed (`hookless`), so nothing in phases 2-4 can await, and
+        only for a call that passes pre-validation: else None, and `execute` runs it (and says
+        what is wrong). The caller sends the call with `ctx.timeout` as its deadline, then
+        hands its outcome to `end_sent`, which audits it as `execute` would.
+        """
+        if (
+            not self.hookless
+            or self._tools.unavailable_reason(route.server) is not None
+            or route.schema_errors(arguments)
+        ):
+            return None
+        ctx = ExecutionContext(
+            call_id=f"{_process_tag}-{next(_call_ids)}",
+            tool=tool,
+            arguments=arguments,
+            request_id=str(request_id),
+            session_id=session_id,
+            route=route,
+            raw_for=raw_for,
+        )
+        self._estimate(ctx)
+        ctx.phase = ExecutionPhase.EXECUTION
+        ctx.timeout = self._settings.server_timeouts.get(route.server, self._settings.default_timeout)
+        return ctx
+
+    def end_sent(
+        self, ctx: ExecutionContext, outcome: RawResult | mcp_types.CallToolResult | ToolscoreError | None
+    ) -> CallOutcome | None:
+        """Phases 3 (its end) and 4 of a call begun with `begin_sent`: its outcome (None: it was
+        cancelled) accounted for and audited. The client's answer, or None for a cancelled call."""
+        if outcome is None:
+            ctx.cancelled = True
+            self._finish(ctx)
+            return None
+        if isinstance(outcome, ToolscoreError):
+            ctx.error = outcome
+            ctx.phase = ExecutionPhase.ERROR_HANDLING
+            ctx.result = error_result(str(outcome))
+        else:
+            if isinstance(outcome, RawResult):
+                ctx.raw = outcome
+                outcome = _STAND_IN[outcome.is_error]
+            ctx.phase = ExecutionPhase.POST_EXECUTION
+            self._account(ctx, outcome)
+            ctx.result = outcome
+        self._finish(ctx)
+        return CallOutcome(ctx.result, ctx)
+
+    def sent_timed_out(self, ctx: ExecutionContext) -> CallTimeout:
+        """The error of a call begun with `begin_sent` that ran past `ctx.timeout` (for `end_sent`),
+        as `execute` raises it; the server is checked for being wedged."""
+        assert ctx.route is not None and ctx.timeout is not None
+        self._tools.call_timed_out(ctx.route.server, ctx.session_id)
+        return _timed_out(ctx.tool, ctx.route.server, ctx.timeout)
+
+    def _estimate(self, ctx: ExecutionContext) -> None:
+        ctx.input_tokens = arguments_tokens(ctx.arguments)
+        ctx.estimated_tokens = ctx.input_tokens + round(self._predicted_output.get(ctx.tool, DEFAULT_OUTPUT_TOKENS))
+
+    def _account(self, ctx: ExecutionContext, result: mcp_types.CallToolResult) -> None:
+        """The call's actual tokens, and the tool's output estimate moved toward them."""
+        output_tokens = tokens_for_chars(ctx.raw.chars) if ctx.raw is not None else result_tokens(result)
+        ctx.actual_tokens = ctx.input_tokens + output_tokens
+        previous = self._predicted_output.get(ctx.tool)
+        self._predicted_output[ctx.tool] = (
+            output_tokens if previous is None else previous + _EMA_WEIGHT * (output_tokens - previous)
+        )
+
     async def _run(self, ctx: ExecutionContext, timeout: float | None) -> mcp_types.CallToolResult:
         # 1. pre-validation
         route = self._validate(ctx)
-        input_tokens = arguments_tokens(ctx.arguments)
-        ctx.estimated_tokens = input_tokens + round(self._predicted_output.get(ctx.tool, DEFAULT_OUTPUT_TOKENS))
+        self._estimate(ctx)
 
         # 2. pre-execution: constraint hooks
         ctx.phase = ExecutionPhase.PRE_EXECUTION
@@ -446,12 +533,7 @@ class ToolExecutionEngine:
             ctx.trace(ctx.phase.value)
         for post in self._post:
             result = await post(ctx, result)
-        output_tokens = tokens_for_chars(ctx.raw.chars) if ctx.raw is not None else result_tokens(result)
-        ctx.actual_tokens = input_tokens + output_tokens
-        previous = self._predicted_output.get(ctx.tool)
-        self._predicted_output[ctx.tool] = (
-            output_tokens if previous is None else previous + _EMA_WEIGHT * (output_tokens - previous)
-        )
+        self._account(ctx, result)
         return result
 
     async def _downstream(self, ctx: ExecutionContext) -> mcp_types.CallToolResult:
@@ -484,10 +566,7 @@ class ToolExecutionEngine:
             pass
         # Here the deadline passed: a cancellation from outside passes through this scope.
         self._tools.call_timed_out(ctx.route.server, ctx.session_id)
-        raise CallTimeout(
-            f"Tool '{ctx.tool}' did not answer within {deadline:g} s; the call was cancelled on "
-            f"server '{ctx.route.server}'."
-        )
+        raise _timed_out(ctx.tool, ctx.route.server, deadline)
 
     def _validate(self, ctx: ExecutionContext) -> Route:
         registry = self._tools.registry
@@ -514,6 +593,9 @@ class ToolExecutionEngine:
         ctx.ended = time.perf_counter()
         record = ctx.to_audit_record(include_arguments=self._settings.include_arguments)
         self._write_audit(record)
+        slow = ctx.ended - ctx.started >= self._settings.slow_call_seconds
+        if not slow and record.error_kind is None and not log.is_enabled_for(logging.DEBUG):
+            return  # the common case: nothing to log, and no fields built for it
         fields = {
             "tool": ctx.tool,
             "server": ctx.server,
@@ -521,7 +603,7 @@ class ToolExecutionEngine:
             "ok": record.success,
             "phase": record.phase,
         }
-        if ctx.duration >= self._settings.slow_call_seconds:
+        if slow:
             log.warning("slow call", threshold_s=self._settings.slow_call_seconds, **fields)
         elif record.error_kind is not None:
             log.info("call failed", error_kind=record.error_kind, error=record.error, **fields)

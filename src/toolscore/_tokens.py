@@ -10,10 +10,12 @@ import json
 from typing import Any
 
 import mcp_types
+import msgspec
 
 __all__ = ["CHARS_PER_TOKEN", "arguments_tokens", "result_tokens", "tokens_for_chars"]
 
 CHARS_PER_TOKEN = 4
+_encode = msgspec.json.Encoder().encode
 
 
 def tokens_for_chars(chars: int) -> int:
@@ -22,8 +24,14 @@ def tokens_for_chars(chars: int) -> int:
 
 
 def arguments_tokens(arguments: dict[str, Any]) -> int:
-    """Tokens the model spent writing these arguments."""
-    return tokens_for_chars(len(json.dumps(arguments, separators=(",", ":"), ensure_ascii=False)))
+    """Tokens the model spent writing these arguments: their compact JSON's characters."""
+    try:
+        # msgspec writes the compact JSON a tenth as slowly as `json.dumps`; its UTF-8 bytes are
+        # the characters when all are ASCII, the common case.
+        data = _encode(arguments)
+    except (TypeError, ValueError, OverflowError):  # an int past 64 bits, a value only `json` writes
+        return tokens_for_chars(len(json.dumps(arguments, separators=(",", ":"), ensure_ascii=False)))
+    return tokens_for_chars(len(data) if data.isascii() else len(data.decode()))
 
 
 def result_tokens(result: mcp_types.CallToolResult) -> int:

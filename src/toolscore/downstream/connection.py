@@ -68,6 +68,7 @@ _ResultT = TypeVar("_ResultT", bound=BaseModel)
 Streams = tuple[ReadStream[SessionMessage | Exception], WriteStream[SessionMessage]]
 ResourceUpdatedFn = Callable[[str, str], Awaitable[None]]
 """Told (server, the server's own URI) when a subscribed resource changes."""
+_CALL_CLOSED_NOTE = " The call may or may not have taken effect."
 
 
 class ServerState(StrEnum):
@@ -263,23 +264,27 @@ class Downstream:
         except MCPError as exc:
             if exc.code != mcp_types.CONNECTION_CLOSED:
                 raise
-            self._lost.set()
-            raise DownstreamUnavailable(
-                f"Server '{self.name}' closed the connection during {what}; it is being restarted.{closed_note}",
-                server=self.name,
-            ) from None
+            raise self._closed_during(what, closed_note) from None
         except (httpx2.TransportError, *_LOST_ERRORS) as exc:
             self._lost.set()
             raise DownstreamUnavailable(
                 f"Server '{self.name}' became unreachable during {what}: {_describe(exc)}.", server=self.name
             ) from None
         except ValidationError:
-            raise DownstreamProtocolError(
-                f"Server '{self.name}' sent a malformed result for {what}.", server=self.name
-            ) from None
+            raise self._malformed(what) from None
         finally:
             if peer is not None:
                 self._peers.remove(peer)
+
+    def _closed_during(self, what: str, closed_note: str = "") -> DownstreamUnavailable:
+        self._lost.set()  # the connection is restarted
+        return DownstreamUnavailable(
+            f"Server '{self.name}' closed the connection during {what}; it is being restarted.{closed_note}",
+            server=self.name,
+        )
+
+    def _malformed(self, what: str) -> DownstreamProtocolError:
+        return DownstreamProtocolError(f"Server '{self.name}' sent a malformed result for {what}.", server=self.name)
 
     async def call(self, tool: str, arguments: Arguments, *, progress: ProgressFn | None) -> mcp_types.CallToolResult:
         """Send `tools/call` and return the downstream's result verbatim.
@@ -395,6 +400,37 @@ class Downstream:
             answer = await channel.call(tool, arguments, progress=progress)
         return answer if isinstance(answer, RawResult) else self._without_stamp(answer)
 
+    def sending(self, protocol_version: str) -> RawChannel | None:
+        """The raw channel, where a call may be sent on it now and its result kept as bytes (what
+        `call_raw` requires, and the breaker closed); else None. The express lane's (`front.express`),
+        which hands the outcome to `call_outcome`."""
+        client = self._client
+        if client is None or client.protocol_version != protocol_version or self.breaker.refusal(anyio.current_time()):
+            return None
+        return self._raw_channel()
+
+    def call_outcome(
+        self, tool: str, outcome: RawResult | mcp_types.CallToolResult | MCPError | ValidationError
+    ) -> RawResult | mcp_types.CallToolResult | DownstreamUnavailable | DownstreamProtocolError:
+        """A call sent on the raw channel (`RawChannel.send`) as `call_raw` ends it: the result, or the
+        error it raises (a lost connection is restarted)."""
+        if isinstance(outcome, RawResult):
+            return outcome
+        if isinstance(outcome, mcp_types.CallToolResult):
+            return self._without_stamp(outcome)
+        what = f"the call to '{tool}'"
+        if isinstance(outcome, ValidationError):
+            return self._malformed(what)
+        if outcome.code == mcp_types.CONNECTION_CLOSED:
+            return self._closed_during(what, _CALL_CLOSED_NOTE)
+        return DownstreamProtocolError.answered(self.name, what, outcome.error)
+
+    def lend(self, peer: Peer) -> Callable[[], None]:
+        """`peer` receives this server's requests and logs (as during `_exchange`) until the returned
+        function is called."""
+        self._peers.append(peer)
+        return lambda: self._peers.remove(peer)
+
     def _raw_channel(self) -> RawChannel | None:
         """The gateway's own channel for `tools/call` (stdio), unless tracing is on: the SDK's client
         span carries the trace to the server in the request's `_meta`."""
@@ -409,8 +445,7 @@ class Downstream:
     @asynccontextmanager
     async def _call_exchange(self, tool: str) -> AsyncIterator[ClientSession]:
         """`_exchange` for `tools/call`: the server's JSON-RPC errors become `DownstreamProtocolError`."""
-        note = " The call may or may not have taken effect."
-        async with self._exchange(f"the call to '{tool}'", closed_note=note) as session:
+        async with self._exchange(f"the call to '{tool}'", closed_note=_CALL_CLOSED_NOTE) as session:
             try:
                 yield session
             except MCPError as exc:

@@ -16,6 +16,10 @@ the client must see the log first, which two paths through the SDK's tasks would
 call that is cancelled (its deadline, or the front client) sends `notifications/cancelled`. Whatever
 the fast reading cannot vouch for (invalid UTF-8, a lone surrogate, a block type it does not
 know, the downstream's `serverInfo` stamp) is decoded by the SDK's models instead.
+
+A call is either awaited (`call`: the caller's task waits on a future) or sent (`send`: the
+answer is handed to a callback by the connection's reader, with no task waiting for it; the
+front's express lane, `toolscore.front.express`).
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ from toolscore._lines import LineWriter
 if TYPE_CHECKING:  # `toolscore.types` names `RawResult` in its own protocols
     from toolscore.types import Arguments, ProgressFn
 
-__all__ = ["RawChannel", "RawResult"]
+__all__ = ["Answer", "RawChannel", "RawResult", "Sent"]
 
 _CANCEL_WRITE_SECONDS = 1.0
 _SERVER_INFO = mcp_types.SERVER_INFO_META_KEY.encode()
@@ -206,6 +210,20 @@ class _Call:
     error: mcp_types.ErrorData | None = None
 
 
+Answer = Callable[["RawResult | mcp_types.CallToolResult | MCPError | ValidationError"], Awaitable[None]]
+"""Receives a sent call's outcome: what `RawChannel.call` would return or raise."""
+
+
+@dataclass(slots=True)
+class Sent:
+    """A call sent without a task waiting for it (`RawChannel.send`): its answer is handed on."""
+
+    then: Answer
+    """Called with the outcome, by the connection's reader (or, once the connection is gone, by `lost`)."""
+    lost: Callable[[MCPError], None]
+    """Called, without waiting, when the connection ends before the answer came."""
+
+
 def _lost(server: str) -> MCPError:
     return MCPError(code=mcp_types.CONNECTION_CLOSED, message=f"connection to '{server}' closed")
 
@@ -219,7 +237,7 @@ class RawChannel:
         self._prefix = f"toolscore.{secrets.token_hex(8)}."
         self._marker = self._prefix.encode()
         self._ids: Callable[[], int] = itertools.count(1).__next__
-        self._calls: dict[str, _Call] = {}
+        self._calls: dict[str, _Call | Sent] = {}
         self._closed = False
         self.on_log: LogFn | None = None
         """Receives the server's log messages while a call is in flight (None: the SDK does)."""
@@ -254,12 +272,20 @@ class RawChannel:
             except msgspec.DecodeError:
                 return False
             call = self._calls.get(progress.progressToken) if isinstance(progress.progressToken, str) else None
-            if call is None:
+            if not isinstance(call, _Call):
                 return False
             if call.progress is not None:
                 await call.progress(progress.progress, progress.total, progress.message)
             return True
         call = self._calls.get(message.id) if isinstance(message.id, str) else None
+        if isinstance(call, Sent):
+            del self._calls[message.id]  # type: ignore[arg-type]  # a str, as the lookup found it
+            try:
+                outcome: RawResult | mcp_types.CallToolResult | MCPError | ValidationError = self._settle(message)
+            except (MCPError, ValidationError) as exc:
+                outcome = exc
+            await call.then(outcome)
+            return True
         if call is None or call.done.done():
             return False
         call.answer = message
@@ -269,6 +295,10 @@ class RawChannel:
     def fail(self, request_id: object, error: mcp_types.ErrorData) -> bool:
         """End the call `request_id` with `error` (its answer could not be read); False: not ours."""
         call = self._calls.get(request_id) if isinstance(request_id, str) else None
+        if isinstance(call, Sent):
+            del self._calls[request_id]  # type: ignore[arg-type]
+            call.lost(MCPError.from_error_data(error))
+            return True
         if call is None or call.done.done():
             return False
         call.error = error
@@ -278,8 +308,11 @@ class RawChannel:
     def close(self) -> None:
         """The connection ended: every call in flight fails as the SDK's own would."""
         self._closed = True
-        for call in self._calls.values():
-            if not call.done.done():
+        for request_id, call in list(self._calls.items()):
+            if isinstance(call, Sent):
+                del self._calls[request_id]
+                call.lost(_lost(self._server))
+            elif not call.done.done():
                 call.done.set_result(None)
 
     async def call(
@@ -307,9 +340,7 @@ class RawChannel:
             await call.done
         except anyio.get_cancelled_exc_class():
             with anyio.CancelScope(shield=True), anyio.move_on_after(_CANCEL_WRITE_SECONDS):
-                notice = {"requestId": request_id, "reason": "cancelled by the gateway"}
-                message = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": notice}
-                await self._writer.write(_encode(message), b"\n")
+                await self._cancel(request_id)
             raise
         finally:
             del self._calls[request_id]
@@ -318,6 +349,51 @@ class RawChannel:
         answer = call.answer
         if answer is None:
             raise _lost(self._server)
+        return self._settle(answer)
+
+    async def send(self, tool: str, arguments: Arguments, sent: Sent) -> str | None:
+        """Send `tools/call` and return its id at once: `sent` gets the answer (without progress).
+
+        None: the connection is gone and nothing was sent. The caller ends a call it no longer
+        waits for with `withdraw`.
+        """
+        if self._closed or self._writer.closed:
+            return None
+        request_id = f"{self._prefix}{self._ids()}"
+        line = _encode(
+            {
+                "jsonrpc": "2.0",
+                "id": request_id,
+                "method": "tools/call",
+                "params": {"name": tool, "arguments": arguments},
+            }
+        )
+        self._calls[request_id] = sent  # before the write: a write that waits may see the answer come
+        await self._writer.write(line, b"\n")
+        return request_id
+
+    async def withdraw(self, request_id: str) -> bool:
+        """Stop waiting for a sent call and tell the server (`notifications/cancelled`); False: it
+        had already ended."""
+        if self._calls.pop(request_id, None) is None:
+            return False
+        with anyio.CancelScope(shield=True), anyio.move_on_after(_CANCEL_WRITE_SECONDS):
+            await self._cancel(request_id)
+        return True
+
+    async def _cancel(self, request_id: str) -> None:
+        notice = {"requestId": request_id, "reason": "cancelled by the gateway"}
+        await self._writer.write(
+            _encode({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": notice}), b"\n"
+        )
+
+    def _settle(self, answer: _Incoming) -> RawResult | mcp_types.CallToolResult:
+        """A call's answer as `call` returns it.
+
+        Raises:
+            MCPError: a JSON-RPC error.
+            pydantic.ValidationError: the result is not a valid `CallToolResult`.
+        """
         if answer.error is not None:
             error = answer.error
             raise MCPError(code=error.code, message=error.message, data=error.data)

@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from contextlib import suppress
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import mcp_types
@@ -48,7 +48,12 @@ from toolscore._sdk import request_context
 from toolscore.errors import DownstreamProtocolError
 from toolscore.telemetry import tracing
 
-__all__ = ["FastCalls", "Job", "Relay", "answer", "cancelled_id", "decode_call"]
+if TYPE_CHECKING:
+    from anyio.abc import TaskGroup
+
+    from toolscore.front.express import ExpressLane
+
+__all__ = ["FastCalls", "Job", "Relay", "answer", "cancelled_id", "decode_call", "encode_answer", "internal_error"]
 
 log = structlog.get_logger("toolscore.fast")
 
@@ -178,33 +183,59 @@ async def answer(
         ctx = request_context(template, job.id, "tools/call", {"name": params.name}, meta, on_send=on_send)
         outcome = await relay(ctx, model, version)
     except Exception:  # the same boundary as the SDK path's (`front.server`)
-        log.exception("internal error", tool=params.name)
-        message = f"Error executing tool {params.name}: internal gateway error (see the gateway log)."
-        outcome = error_result(message)
+        outcome = internal_error(params.name)
+    return encode_answer(job.id, params.name, outcome, version, end)
+
+
+def internal_error(tool: str) -> mcp_types.CallToolResult:
+    """The answer to a call that hit a bug (logged here, with its traceback), as the SDK path's boundary gives it."""
+    log.exception("internal error", tool=tool)
+    return error_result(f"Error executing tool {tool}: internal gateway error (see the gateway log).")
+
+
+def encode_answer(
+    request_id: int | str,
+    tool: str,
+    outcome: CallOutcome | mcp_types.CallToolResult | mcp_types.InputRequiredResult,
+    version: str,
+    end: bytes = b"",
+) -> bytes:
+    """The response to the call `request_id` of `tool` as the SDK path would write it for `version`:
+    the server's result bytes spliced in when the engine kept them, else the result dumped."""
     if isinstance(outcome, CallOutcome):
         error = outcome.error
         if isinstance(error, DownstreamProtocolError) and (for_client := error.for_the_client) is not None:
-            return _error_response(job.id, for_client, end)  # for the client to act on, as on the SDK path
+            return _error_response(request_id, for_client, end)  # for the client to act on, as on the SDK path
         if outcome.raw is not None:
-            return _response(job.id, outcome.raw.data, end)
+            return _response(request_id, outcome.raw.data, end)
         outcome = outcome.result
     try:
-        return _response(job.id, _dump(outcome, version), end)
+        return _response(request_id, _dump(outcome, version), end)
     except ValidationError:  # as the SDK's runner answers a result its version's surface refuses
-        log.exception("invalid result", tool=params.name)
+        log.exception("invalid result", tool=tool)
         invalid = mcp_types.ErrorData(code=mcp_types.INTERNAL_ERROR, message="Handler returned an invalid result")
-        return _error_response(job.id, invalid, end)
+        return _error_response(request_id, invalid, end)
 
 
 class FastCalls:
     """The hot path for one stdio client connection (see the module docstring)."""
 
-    def __init__(self, relay: Relay, *, serves: Callable[[str], bool]) -> None:
+    def __init__(
+        self,
+        relay: Relay,
+        *,
+        serves: Callable[[str], bool],
+        lane_for: Callable[[ServerRequestContext[Any]], ExpressLane | None] | None = None,
+    ) -> None:
         """Args:
         relay: The front server's passthrough call.
         serves: Whether the hot path takes a tool: a downstream tool, or `orchestrate` (its
             plan runs as on the SDK path; only the request and the answer skip the models).
+        lane_for: The express lane (`front.express`) for the client whose handshake ends with
+            this context, if calls may take it.
         """
+        self._lane_for = lane_for
+        self._lane: ExpressLane | None = None
         self.relay = relay
         """The front server's passthrough call (the HTTP front's hot path uses it too)."""
         self.serves = serves
@@ -216,6 +247,11 @@ class FastCalls:
         self._attached = anyio.Event()
         self._running: dict[int | str, anyio.CancelScope] = {}
 
+    @property
+    def lane(self) -> ExpressLane | None:
+        """The express lane, once the client's handshake opened it (None: every call is `run`)."""
+        return self._lane
+
     def enable(self) -> None:
         """This server's transport is stdio: one client, whose handshake `attach` will see."""
         self._enabled = True
@@ -224,6 +260,8 @@ class FastCalls:
         """The client finished the handshake (`ctx`: its `notifications/initialized`)."""
         if self._enabled and ctx.protocol_version == LATEST_HANDSHAKE_VERSION:
             self._template = ctx
+            if self._lane_for is not None:
+                self._lane = self._lane_for(ctx)
         self._attached.set()
 
     async def settled(self, line: bytes) -> None:
@@ -240,11 +278,14 @@ class FastCalls:
 
     def cancels(self, line: bytes) -> bool:
         """Cancel the fast call a `notifications/cancelled` line names; False: the SDK's to handle."""
-        if not self._running:
+        lane = self._lane
+        if not self._running and (lane is None or not len(lane)):
             return False
         request_id = cancelled_id(line)
         if request_id is None:
             return False
+        if lane is not None and lane.cancel(request_id):
+            return True
         scope = self._running.get(request_id)
         if scope is None:
             return False
@@ -256,9 +297,24 @@ class FastCalls:
         if self._template is None or tracing.tracer is not None:
             return None
         job = decode_call(line)
-        if job is None or job.id in self._running or not self.serves(job.params.name):
+        if (
+            job is None
+            or job.id in self._running
+            or (self._lane is not None and job.id in self._lane)
+            or not self.serves(job.params.name)
+        ):
             return None
         return job
+
+    async def express(self, job: Job, send: Send, tg: TaskGroup) -> bool:
+        """Send `job` on the express lane, which answers it on `send`; False: `run` it instead."""
+        lane = self._lane
+        return lane is not None and await lane.take(job, send, tg)
+
+    async def close(self) -> None:
+        """The client is gone: the express lane's calls end (the hot path's are cancelled by their transport)."""
+        if self._lane is not None:
+            await self._lane.close()
 
     async def run(self, job: Job, send: Send) -> None:
         """Answer `job` on `send`, unless the client cancels it first."""

@@ -23,13 +23,17 @@ from toolscore._engine import CallOutcome, ConfirmFn, ToolExecutionEngine, error
 from toolscore._json import scrub_unpaired_surrogates
 from toolscore._sdk import connection_of
 from toolscore._version import __version__
+from toolscore.downstream.connection import Downstream
 from toolscore.downstream.hub import DownstreamHub
 from toolscore.downstream.modern import RelayedInputRequired
+from toolscore.downstream.registry import Route
 from toolscore.downstream.relay import on_behalf_of
+from toolscore.downstream.tasks import runs_as_task
 from toolscore.errors import DownstreamProtocolError, InputRequired, Rejected
 from toolscore.front.callers import Callers
 from toolscore.front.catalog import install_catalog
 from toolscore.front.confirm import Sealer, confirmer
+from toolscore.front.express import ExpressLane
 from toolscore.front.fast import FastCalls
 from toolscore.front.forward import FrontPeer, LogLevels, install_logging, install_roots
 from toolscore.front.plan_tasks import PlanTasks
@@ -398,7 +402,32 @@ def build_server(
             return False
         return not (toolhub is not None and toolhub.handles(name)) and hub.registry.get(name) is not None
 
-    server.fast = FastCalls(relay, serves=routed)
+    def sends_express(name: str) -> tuple[Route, Downstream] | None:
+        # Called for a name the hot path serves (`routed`): a downstream tool, or orchestrate.
+        route = hub.registry.get(name)
+        if route is None:
+            return None
+        downstream = hub.shared(route.server)
+        if (
+            downstream is None
+            or downstream.config.isolation == "session"
+            or runs_as_task(downstream, route.remote_name)
+        ):
+            return None
+        return route, downstream
+
+    def lane_for(ctx: ServerRequestContext[Any]) -> ExpressLane | None:
+        if not engine.hookless:
+            return None
+        return ExpressLane(
+            engine,
+            sends_express,
+            version=ctx.protocol_version,
+            session_id=callers.identify(ctx),
+            peer=peer_for(ctx),
+        )
+
+    server.fast = FastCalls(relay, serves=routed, lane_for=lane_for)
     server.add_notification_handler("notifications/initialized", mcp_types.NotificationParams, on_initialized)
     server.available = hub.capable
     install_logging(server, hub, levels)

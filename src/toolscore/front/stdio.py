@@ -120,7 +120,8 @@ class _Workers:
     """
 
     def __init__(self, tg: TaskGroup, fast: FastCalls, out: ClientLines) -> None:
-        self._tg = tg
+        self.tg = tg
+        """The transport's task group (the express lane's too)."""
         self._fast = fast
         self._out = out
         self._send, self._jobs = anyio.create_memory_object_stream[Job](math.inf)
@@ -132,7 +133,7 @@ class _Workers:
         if self._idle:
             self._idle -= 1  # a waiting worker takes it
         else:
-            self._tg.start_soon(self._work)  # which takes it
+            self.tg.start_soon(self._work)  # which takes it
         self._send.send_nowait(job)
 
     async def _work(self) -> None:
@@ -172,7 +173,8 @@ async def _read_lines(
                 if fast.cancels(line):
                     continue
                 if (job := fast.take(line)) is not None:
-                    workers.run(job)
+                    if not await fast.express(job, out.write, workers.tg):
+                        workers.run(job)
                     continue
             await _deliver(line, sink, out)
     if workers is not None:
@@ -254,6 +256,9 @@ async def stdio_transport(
             try:
                 yield read_recv, out
             finally:
+                if fast is not None:
+                    with anyio.CancelScope(shield=True):
+                        await fast.close()  # the express lane's calls: their servers are told
                 tg.cancel_scope.cancel()
     finally:
         if workers is not None:

@@ -1,0 +1,226 @@
+"""The express lane: a plain passthrough `tools/call` from a stdio client, answered without a task.
+
+Theory of operation. The hot path (`front.fast`) runs each call in a worker task: the task wakes
+for the call, waits on the downstream's answer, and wakes again to write it, each step a trip
+through the event loop with its cancel scopes and futures. While no engine hook is installed,
+nothing between the request and the answer needs to wait on anything but the server, so here:
+
+- the front's reader decodes the call (`fast.decode_call`), runs pre-validation
+  (`ToolExecutionEngine.begin_sent`), writes the request on the downstream's raw channel
+  (`RawChannel.send`) and reads on;
+- the downstream's reader, which reads the answer, hands it here: the engine ends the call
+  (`end_sent`: tokens, audit) and the answer is written to the client from that reader, the
+  server's result bytes spliced in as on the hot path.
+
+A call's deadline is a timer on the event loop. When it fires, or the client cancels the call,
+or the server's connection ends, the call ends as it does on the hot path: the server is told
+(`notifications/cancelled`), the client gets the same answer (none for a cancelled call), and
+the audit record says the same. While the call lasts, the client is the server's peer for its
+requests and logs, as on the hot path.
+
+A call goes to the hot path instead when anything about it needs more: `_meta` (a progress
+token), a server whose connection is not a stdio pipe at the client's version, a server isolated
+per session, a tool that runs as a task, a breaker that is open, arguments that fail their
+schema, and every call while a hook is installed (`hookless`) or tracing is on.
+"""
+
+from __future__ import annotations
+
+import asyncio  # noqa: TID251 (a deadline is a timer on the running asyncio loop; see `_Pending`)
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+
+import anyio
+import mcp_types
+import structlog
+from anyio.abc import TaskGroup
+from mcp import MCPError
+from pydantic import ValidationError
+
+from toolscore._engine import ExecutionContext, ToolExecutionEngine
+from toolscore.downstream.connection import Downstream
+from toolscore.downstream.raw import RawChannel, RawResult, Sent
+from toolscore.downstream.registry import Route
+from toolscore.downstream.relay import Peer
+from toolscore.front.fast import Job, Send, encode_answer, internal_error
+
+__all__ = ["ExpressLane", "Resolve"]
+
+log = structlog.get_logger("toolscore.express")
+
+Resolve = Callable[[str], tuple[Route, Downstream] | None]
+"""The route of a public tool name and the connection every client shares to its server, when a
+call of it may go express (a plain passthrough tool, not run as a task); else None."""
+
+
+@dataclass(slots=True)
+class _Pending:
+    """One call sent and not yet answered."""
+
+    request_id: int | str
+    ctx: ExecutionContext
+    downstream: Downstream
+    channel: RawChannel
+    release: Callable[[], None]
+    """Ends the client's turn as the server's peer."""
+    sent_id: str | None = None
+    """The id the request went to the server with."""
+    timer: asyncio.TimerHandle | None = None
+    """The deadline: a bare loop timer, the cheapest one there is (no cancel scope, no task)."""
+    ended: bool = False
+
+
+class ExpressLane:
+    """The express lane of one stdio client connection (see the module docstring)."""
+
+    def __init__(
+        self,
+        engine: ToolExecutionEngine,
+        resolve: Resolve,
+        *,
+        version: str,
+        session_id: str,
+        peer: Peer,
+    ) -> None:
+        """Args:
+        engine: Runs the calls' phases and audits them.
+        resolve: Where a tool's calls go, if they may go express.
+        version: The client's protocol version (a server's result bytes are kept only at the same).
+        session_id: The client connection, as the engine knows callers.
+        peer: The client, as the servers see it during its calls.
+        """
+        self._engine = engine
+        self._resolve = resolve
+        self._version = version
+        self._session_id = session_id
+        self._peer = peer
+        self._pending: dict[int | str, _Pending] = {}
+        self.sent = 0
+        """Calls sent on this lane so far."""
+        self._write: Send | None = None
+        self._tg: TaskGroup | None = None
+
+    def __contains__(self, request_id: int | str) -> bool:
+        return request_id in self._pending
+
+    def __len__(self) -> int:
+        return len(self._pending)
+
+    async def take(self, job: Job, write: Send, tg: TaskGroup) -> bool:
+        """Send `job` on the express lane; False: it is the hot path's (nothing was sent).
+
+        Args:
+            job: The client's call.
+            write: Writes one whole line to the client.
+            tg: The transport's task group, for the rare step that must wait (a deadline's answer).
+        """
+        params = job.params
+        if params.meta is not None:
+            return False
+        found = self._resolve(params.name)
+        if found is None:
+            return False
+        route, downstream = found
+        channel = downstream.sending(self._version)
+        if channel is None:
+            return False
+        arguments = params.arguments if params.arguments is not None else {}
+        ctx = self._engine.begin_sent(
+            params.name, route, arguments, request_id=job.id, session_id=self._session_id, raw_for=self._version
+        )
+        if ctx is None:
+            return False
+        self._write, self._tg = write, tg
+        pending = _Pending(job.id, ctx, downstream, channel, downstream.lend(self._peer))
+        self._pending[job.id] = pending
+        sent = Sent(then=partial(self._answered, pending), lost=partial(self._lost, pending))
+        sent_id = await channel.send(route.remote_name, arguments, sent)
+        if sent_id is None:  # the connection is gone and nothing went: the hot path says so
+            del self._pending[job.id]
+            pending.release()
+            return False
+        pending.sent_id = sent_id
+        self.sent += 1
+        if not pending.ended:  # else answered while the write waited for the pipe
+            assert ctx.timeout is not None
+            loop = asyncio.get_running_loop()
+            pending.timer = loop.call_at(loop.time() + ctx.timeout, self._expire, pending)
+        return True
+
+    def cancel(self, request_id: int | str) -> bool:
+        """The client cancelled the call `request_id`: no answer, and the server is told; False: not
+        one of this lane's calls."""
+        pending = self._pending.get(request_id)
+        if pending is None or not self._end(pending):
+            return False
+        self._engine.end_sent(pending.ctx, None)
+        self._withdraw(pending)
+        return True
+
+    async def close(self) -> None:
+        """The client is gone: every call still out ends as cancelled, and its server is told."""
+        for pending in list(self._pending.values()):
+            if self._end(pending):
+                self._engine.end_sent(pending.ctx, None)
+                if pending.sent_id is not None:
+                    await pending.channel.withdraw(pending.sent_id)
+
+    def _end(self, pending: _Pending) -> bool:
+        """Take `pending` out of the lane once; False if it had already ended."""
+        if pending.ended:
+            return False
+        pending.ended = True
+        del self._pending[pending.request_id]
+        if pending.timer is not None:
+            pending.timer.cancel()
+        pending.release()
+        return True
+
+    def _withdraw(self, pending: _Pending) -> None:
+        if pending.sent_id is not None and self._tg is not None:
+            self._tg.start_soon(pending.channel.withdraw, pending.sent_id)
+
+    async def _answered(
+        self, pending: _Pending, outcome: RawResult | mcp_types.CallToolResult | MCPError | ValidationError
+    ) -> None:
+        """The server's answer (or the loss of its connection), from its connection's reader."""
+        if not self._end(pending):
+            return
+        tool = pending.ctx.tool
+        try:
+            assert pending.ctx.route is not None
+            settled = pending.downstream.call_outcome(pending.ctx.route.remote_name, outcome)
+            done = self._engine.end_sent(pending.ctx, settled)
+            assert done is not None
+            line = encode_answer(pending.request_id, tool, done, self._version, b"\n")
+        except Exception:  # the SDK path's boundary: a bug is logged and answered, never raised into the reader
+            line = encode_answer(pending.request_id, tool, internal_error(tool), self._version, b"\n")
+        await self._send(line)
+
+    def _lost(self, pending: _Pending, error: MCPError) -> None:
+        """The connection ended, or the answer could not be read, before the answer came."""
+        if self._tg is not None:
+            self._tg.start_soon(self._answered, pending, error)
+
+    def _expire(self, pending: _Pending) -> None:
+        """The deadline passed: the server is told, and the client answered with the timeout."""
+        if not self._end(pending):
+            return
+        done = self._engine.end_sent(pending.ctx, self._engine.sent_timed_out(pending.ctx))
+        assert done is not None
+        line = encode_answer(pending.request_id, pending.ctx.tool, done, self._version, b"\n")
+        assert self._tg is not None
+        self._tg.start_soon(self._withdraw_then_send, pending, line)
+
+    async def _withdraw_then_send(self, pending: _Pending, line: bytes) -> None:
+        if pending.sent_id is not None:
+            await pending.channel.withdraw(pending.sent_id)
+        await self._send(line)
+
+    async def _send(self, line: bytes) -> None:
+        assert self._write is not None
+        try:
+            await self._write(line)
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+            log.debug("answer not delivered: the client is gone")

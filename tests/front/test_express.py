@@ -1,0 +1,114 @@
+"""The express lane (`front.express`): plain passthrough calls sent from the front's reader and
+answered from the server's, checked against the hot path they would otherwise take.
+
+A call with a `_meta` member (even an empty one) takes the hot path, so sending the same call
+with and without it compares the two paths on one gateway.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from tests.conftest import fixture_entry, write_config
+from tests.fixtures.corpus_server import CASES
+from tests.front.test_fast import LineClient, appears, audit, corpus_config, gateway_in_process, result_bytes
+from toolscore.front.express import ExpressLane
+
+pytestmark = pytest.mark.anyio
+
+# What differs between two records of the same call: when, which, and how long.
+_PER_CALL = {"time", "call_id", "request_id", "duration_ms", "estimated_tokens"}
+
+
+async def _lane(client: LineClient) -> ExpressLane:
+    """The client's lane, once the SDK has handled the end of its handshake."""
+    assert client.fast is not None
+    with anyio.fail_after(10):
+        while client.fast.lane is None:  # noqa: ASYNC110 - nothing to wait on but the attribute
+            await anyio.sleep(0.01)
+    return client.fast.lane
+
+
+def _steady(record: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in record.items() if k not in _PER_CALL}
+
+
+async def test_the_lane_answers_and_audits_as_the_hot_path_does(tmp_path: Path) -> None:
+    config = corpus_config(tmp_path)
+    data = json.loads(config.read_text())
+    data["mcpServers"]["c"]["timeout"] = 0.5
+    config.write_text(json.dumps(data))
+    calls: list[tuple[str, dict[str, Any]]] = [
+        *(("c__case", {"name": name}) for name in CASES),
+        ("c__rpc_error", {}),  # the server's JSON-RPC error: a tool error naming it
+        ("c__sleep", {"seconds": 30}),  # past the deadline: the timeout's error, the server told
+    ]
+    async with gateway_in_process(config) as client:
+        lane = await _lane(client)
+        for n, (name, arguments) in enumerate(calls):
+            express = await client.call(2 * n, name, arguments)
+            hot = await client.call(2 * n + 1, name, arguments, _meta={})
+            assert result_bytes(express, 2 * n) == result_bytes(hot, 2 * n + 1), name
+        assert lane.sent == len(calls) and not len(lane)
+        await appears(tmp_path / "cancelled.log")
+    records = audit(tmp_path)
+    assert len(records) == 2 * len(calls)
+    for express_record, hot_record in zip(records[::2], records[1::2], strict=True):
+        assert _steady(express_record) == _steady(hot_record)
+    assert records[-2]["error_kind"] == "timeout" and "did not answer within 0.5 s" in records[-2]["error"]
+    withdrawn = [json.loads(line) for line in (tmp_path / "cancelled.log").read_text().splitlines()]
+    assert len(withdrawn) == 2 and all(sent.startswith("toolscore.") for sent in withdrawn)
+
+
+async def test_a_cancelled_express_call_gets_no_answer(tmp_path: Path) -> None:
+    async with gateway_in_process(corpus_config(tmp_path)) as client:
+        lane = await _lane(client)
+        await client.start(1, "c__sleep", {"seconds": 30})
+        with anyio.fail_after(10):
+            while not len(lane):  # noqa: ASYNC110 - nothing to wait on but the table
+                await anyio.sleep(0.01)
+        await client.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1}})
+        assert result_bytes(await client.call(2, "c__case", {"name": "text"}), 2) == CASES["text"]
+        await appears(tmp_path / "cancelled.log")
+        assert lane.sent == 2
+    assert client.other == []
+    assert [r["error_kind"] for r in audit(tmp_path) if r["tool"] == "c__sleep"] == ["cancelled"]
+
+
+async def test_a_client_gone_mid_call_has_its_express_calls_withdrawn(tmp_path: Path) -> None:
+    async with gateway_in_process(corpus_config(tmp_path)) as client:
+        lane = await _lane(client)
+        for n in range(3):
+            await client.start(n, "c__sleep", {"seconds": 30})
+        with anyio.fail_after(10):
+            while len(lane) < 3:  # noqa: ASYNC110 - nothing to wait on but the table
+                await anyio.sleep(0.01)
+    # The client's end of input closed the front: every call is audited, and its server told.
+    assert [r["error_kind"] for r in audit(tmp_path)] == ["cancelled"] * 3
+    await appears(tmp_path / "cancelled.log")
+
+
+async def test_calls_the_lane_cannot_vouch_for_take_the_hot_path(tmp_path: Path) -> None:
+    servers = {"c": json.loads(corpus_config(tmp_path).read_text())["mcpServers"]["c"]}
+    servers["iso"] = fixture_entry(tmp_path, isolation="session")
+    async with gateway_in_process(write_config(tmp_path, servers)) as client:
+        lane = await _lane(client)
+        progress = await client.call(1, "c__progress", {"steps": 1}, _meta={"progressToken": "t"})
+        assert result_bytes(progress, 1) == CASES["text"]
+        invalid = json.loads(await client.call(2, "c__case", {"name": 7}))["result"]
+        assert invalid["isError"] is True and "name" in invalid["content"][0]["text"]
+        isolated = json.loads(await client.call(3, "iso__echo", {"text": "hi"}))["result"]
+        assert isolated["content"][0]["text"] == "hi"
+        assert lane.sent == 0
+
+
+async def test_hooks_close_the_lane(tmp_path: Path) -> None:
+    config = corpus_config(tmp_path, constraints={"enabled": True, "tools": {"deny": ["c__nothing"]}})
+    async with gateway_in_process(config) as client:
+        assert result_bytes(await client.call(1, "c__case", {"name": "text"}), 1) == CASES["text"]
+        assert client.fast is not None and client.fast.lane is None  # the handshake is handled: no lane
