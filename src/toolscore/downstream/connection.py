@@ -38,7 +38,7 @@ from pydantic import BaseModel, Field, ValidationError
 from toolscore._sdk import ReadStream, WriteStream, send_as_client, send_raw_request, send_session_raw_request
 from toolscore._version import __version__
 from toolscore.config import ServerConfig
-from toolscore.downstream.breaker import Breaker
+from toolscore.downstream.breaker import Breaker, BreakerState
 from toolscore.downstream.catalog import ServerLists
 from toolscore.downstream.modern import ModernLink, RelayedError, RelayedInputRequired, front_call
 from toolscore.downstream.raw import RawChannel, RawResult
@@ -232,7 +232,7 @@ class Downstream:
     def unavailable_reason(self) -> str | None:
         """Why calls cannot go to this server now, or None."""
         if self._client is not None:
-            return self.breaker.refusal(anyio.current_time())
+            return self._refusal()
         if self.state is ServerState.STARTING:
             return "still starting"
         reason = f"down: {self.error}" if self.error else "down"
@@ -252,7 +252,7 @@ class Downstream:
         `DownstreamProtocolError`; the server's own JSON-RPC errors come out as `MCPError`.
         """
         client = self._client
-        if client is None or (gated and self.breaker.refusal(anyio.current_time())):
+        if client is None or (gated and self._refusal() is not None):
             raise DownstreamUnavailable(
                 f"Server '{self.name}' is not available ({self.unavailable_reason()}).", server=self.name
             )
@@ -405,7 +405,7 @@ class Downstream:
         `call_raw` requires, and the breaker closed); else None. The express lane's (`front.express`),
         which hands the outcome to `call_outcome`."""
         client = self._client
-        if client is None or client.protocol_version != protocol_version or self.breaker.refusal(anyio.current_time()):
+        if client is None or client.protocol_version != protocol_version or self._refusal() is not None:
             return None
         return self._raw_channel()
 
@@ -430,6 +430,11 @@ class Downstream:
         function is called."""
         self._peers.append(peer)
         return lambda: self._peers.remove(peer)
+
+    def _refusal(self) -> str | None:
+        """The breaker's refusal; the clock is read (through anyio's backend lookup) only when it is not closed."""
+        breaker = self.breaker
+        return None if breaker.state is BreakerState.CLOSED else breaker.refusal(anyio.current_time())
 
     def _raw_channel(self) -> RawChannel | None:
         """The gateway's own channel for `tools/call` (stdio), unless tracing is on: the SDK's client

@@ -28,7 +28,6 @@ from toolscore.downstream.hub import DownstreamHub
 from toolscore.downstream.modern import RelayedInputRequired
 from toolscore.downstream.registry import Route
 from toolscore.downstream.relay import on_behalf_of
-from toolscore.downstream.tasks import runs_as_task
 from toolscore.errors import DownstreamProtocolError, InputRequired, Rejected
 from toolscore.front.callers import Callers
 from toolscore.front.catalog import install_catalog
@@ -408,13 +407,12 @@ def build_server(
         if route is None:
             return None
         downstream = hub.shared(route.server)
-        if (
-            downstream is None
-            or downstream.config.isolation == "session"
-            or runs_as_task(downstream, route.remote_name)
-        ):
+        if downstream is None or downstream.config.isolation == "session":
             return None
-        return route, downstream
+        # The express lane never asks for a task, so only a tool that requires one runs as a task
+        # (`runs_as_task`): read from the route rather than looked up in the server's tool list.
+        execution = route.tool.execution
+        return None if execution is not None and execution.task_support == "required" else (route, downstream)
 
     def lane_for(ctx: ServerRequestContext[Any]) -> ExpressLane | None:
         if not engine.hookless:
