@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import fcntl
 import os
+import select
+import socket
 import time
 from collections.abc import AsyncIterator
 from contextlib import aclosing
@@ -170,3 +172,34 @@ async def test_unread_input_does_not_spin_the_loop_while_the_reader_is_busy() ->
         assert await anext(lines) == b'{"id": 2}'  # and it is read once the reader asks again
     os.close(read_fd)
     os.close(write_fd)
+
+
+def test_write_now_writes_a_whole_line_or_nothing() -> None:
+    read_fd, write_fd = os.pipe()
+    try:
+        os.set_blocking(write_fd, False)
+        writer = LineWriter(write_fd)
+        assert writer.write_now(b'{"id": 1}\n') and os.read(read_fd, 100) == b'{"id": 1}\n'
+        assert not writer.write_now(b"x" * (select.PIPE_BUF + 1))  # longer than a pipe takes whole
+        line = b"y" * 1000 + b"\n"
+        while writer.write_now(line):  # until the pipe is full
+            pass
+        data = b""
+        while chunk := _read_now(read_fd):
+            data += chunk
+        assert len(data) % len(line) == 0 and data.count(b"\n") == len(data) // len(line)  # no partial line
+    finally:
+        os.close(read_fd)
+    assert writer.write_now(b"dropped\n") and writer.closed  # the reader is gone: dropped, as `write` does
+    os.close(write_fd)
+    left, right = socket.socketpair()
+    with left, right:
+        assert not LineWriter(left.fileno()).write_now(b"{}\n")  # not a pipe: no whole-or-nothing promise
+
+
+def _read_now(fd: int) -> bytes:
+    os.set_blocking(fd, False)
+    try:
+        return os.read(fd, 1 << 20)
+    except BlockingIOError:
+        return b""

@@ -18,6 +18,8 @@ import fcntl
 import json
 import os
 import re
+import select
+import stat
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import suppress
 from dataclasses import dataclass
@@ -216,6 +218,28 @@ class LineWriter:
         self._lock = anyio.Lock(fast_acquire=True)  # no extra trip through the event loop when free
         self.closed = False
         """Set once the reader is gone (EPIPE): later lines are dropped."""
+        try:
+            fifo = stat.S_ISFIFO(os.fstat(fd).st_mode)
+        except OSError:
+            fifo = False
+        # A pipe takes a write of up to PIPE_BUF bytes whole or not at all (POSIX), even non-blocking.
+        self._whole = select.PIPE_BUF if fifo else 0
+
+    def write_now(self, line: bytes) -> bool:
+        """Write `line` now, whole, without waiting; False: nothing was written (the pipe is full, a
+        line is being written, the line is longer than the pipe takes at once, or `fd` is not a
+        pipe), and `write` is the way. Once the reader is gone, the line is dropped (True)."""
+        if len(line) > self._whole or self._lock.locked():
+            return False
+        if self.closed:
+            return True
+        try:
+            os.write(self._fd, line)  # all of it: at most PIPE_BUF bytes to a pipe
+        except BlockingIOError:
+            return False
+        except OSError:  # EPIPE: as `_put`
+            self.closed = True
+        return True
 
     async def write(self, *parts: bytes) -> None:
         """Write `parts` back to back as one line (the caller ends it with a newline)."""

@@ -8,6 +8,7 @@ with and without it compares the two paths on one gateway.
 from __future__ import annotations
 
 import json
+import select
 from pathlib import Path
 from typing import Any
 
@@ -104,6 +105,9 @@ async def test_calls_the_lane_cannot_vouch_for_take_the_hot_path(tmp_path: Path)
         assert invalid["isError"] is True and "name" in invalid["content"][0]["text"]
         isolated = json.loads(await client.call(3, "iso__echo", {"text": "hi"}))["result"]
         assert isolated["content"][0]["text"] == "hi"
+        # A request longer than the server's pipe takes whole at once: the hot path writes it.
+        long = await client.call(4, "c__sleep", {"seconds": 0, "padding": "x" * select.PIPE_BUF})
+        assert result_bytes(long, 4) == CASES["text"]
         assert lane.sent == 0
 
 

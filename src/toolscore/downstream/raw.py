@@ -210,8 +210,8 @@ class _Call:
     error: mcp_types.ErrorData | None = None
 
 
-Answer = Callable[["RawResult | mcp_types.CallToolResult | MCPError | ValidationError"], Awaitable[None]]
-"""Receives a sent call's outcome: what `RawChannel.call` would return or raise."""
+Answer = Callable[["RawResult | mcp_types.CallToolResult | MCPError | ValidationError"], None]
+"""Receives a sent call's outcome (what `RawChannel.call` would return or raise), without waiting."""
 
 
 @dataclass(slots=True)
@@ -219,9 +219,8 @@ class Sent:
     """A call sent without a task waiting for it (`RawChannel.send`): its answer is handed on."""
 
     then: Answer
-    """Called with the outcome, by the connection's reader (or, once the connection is gone, by `lost`)."""
-    lost: Callable[[MCPError], None]
-    """Called, without waiting, when the connection ends before the answer came."""
+    """Called with the outcome by the connection's reader, or with the error that ended the call
+    when the connection ended or the answer could not be read."""
 
 
 def _lost(server: str) -> MCPError:
@@ -284,7 +283,7 @@ class RawChannel:
                 outcome: RawResult | mcp_types.CallToolResult | MCPError | ValidationError = self._settle(message)
             except (MCPError, ValidationError) as exc:
                 outcome = exc
-            await call.then(outcome)
+            call.then(outcome)
             return True
         if call is None or call.done.done():
             return False
@@ -297,7 +296,7 @@ class RawChannel:
         call = self._calls.get(request_id) if isinstance(request_id, str) else None
         if isinstance(call, Sent):
             del self._calls[request_id]  # type: ignore[arg-type]
-            call.lost(MCPError.from_error_data(error))
+            call.then(MCPError.from_error_data(error))
             return True
         if call is None or call.done.done():
             return False
@@ -311,7 +310,7 @@ class RawChannel:
         for request_id, call in list(self._calls.items()):
             if isinstance(call, Sent):
                 del self._calls[request_id]
-                call.lost(_lost(self._server))
+                call.then(_lost(self._server))
             elif not call.done.done():
                 call.done.set_result(None)
 
@@ -351,25 +350,25 @@ class RawChannel:
             raise _lost(self._server)
         return self._settle(answer)
 
-    async def send(self, tool: str, arguments: Arguments, sent: Sent) -> str | None:
-        """Send `tools/call` and return its id at once: `sent` gets the answer (without progress).
+    def send(self, tool: str, arguments: Arguments, sent: Sent) -> str | None:
+        """Send `tools/call` now, without waiting, and return its id: `sent` gets the answer (no progress).
 
-        None: the connection is gone and nothing was sent. The caller ends a call it no longer
-        waits for with `withdraw`.
+        None: nothing was sent, as the pipe could not take the request whole at once (it is full,
+        another line is being written, the request is long) or the connection is gone; `call`
+        is the way then. The caller ends a call it no longer waits for with `withdraw`.
         """
         if self._closed or self._writer.closed:
             return None
         request_id = f"{self._prefix}{self._ids()}"
-        line = _encode(
-            {
-                "jsonrpc": "2.0",
-                "id": request_id,
-                "method": "tools/call",
-                "params": {"name": tool, "arguments": arguments},
-            }
-        )
-        self._calls[request_id] = sent  # before the write: a write that waits may see the answer come
-        await self._writer.write(line, b"\n")
+        message = {
+            "jsonrpc": "2.0",
+            "id": request_id,
+            "method": "tools/call",
+            "params": {"name": tool, "arguments": arguments},
+        }
+        if not self._writer.write_now(_encode(message) + b"\n"):
+            return None
+        self._calls[request_id] = sent  # nothing was awaited: the answer cannot have come yet
         return request_id
 
     async def withdraw(self, request_id: str) -> bool:

@@ -12,6 +12,13 @@ nothing between the request and the answer needs to wait on anything but the ser
   (`end_sent`: tokens, audit) and the answer is written to the client from that reader, the
   server's result bytes spliced in as on the hot path.
 
+Neither reader ever waits here: a write happens only if the pipe takes the whole line at once
+(`LineWriter.write_now`). A request it cannot take goes to the hot path instead, unsent; an
+answer it cannot take (a large one, a client slow to read) is written by a task of its own. So a
+server that does not read its input never holds up the client's other requests (a cancellation,
+a call to another server), and a client slow to read never holds up a server's other messages
+(its answers to the health check's pings).
+
 A call's deadline is a timer on the event loop. When it fires, or the client cancels the call,
 or the server's connection ends, the call ends as it does on the hot path: the server is told
 (`notifications/cancelled`), the client gets the same answer (none for a cancelled call), and
@@ -27,9 +34,10 @@ schema, and every call while a hook is installed (`hookless`) or tracing is on.
 from __future__ import annotations
 
 import asyncio  # noqa: TID251 (a deadline is a timer on the running asyncio loop; see `_Pending`)
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from functools import partial
+from typing import Any, Protocol, TypeVarTuple
 
 import anyio
 import mcp_types
@@ -43,15 +51,28 @@ from toolscore.downstream.connection import Downstream
 from toolscore.downstream.raw import RawChannel, RawResult, Sent
 from toolscore.downstream.registry import Route
 from toolscore.downstream.relay import Peer
-from toolscore.front.fast import Job, Send, encode_answer, internal_error
+from toolscore.front.fast import Job, encode_answer, internal_error
 
-__all__ = ["ExpressLane", "Resolve"]
+__all__ = ["ClientOut", "ExpressLane", "Resolve"]
 
 log = structlog.get_logger("toolscore.express")
+_Args = TypeVarTuple("_Args")
 
 Resolve = Callable[[str], tuple[Route, Downstream] | None]
 """The route of a public tool name and the connection every client shares to its server, when a
 call of it may go express (a plain passthrough tool, not run as a task); else None."""
+
+
+class ClientOut(Protocol):
+    """The client's side of the wire (`front.stdio.ClientLines`)."""
+
+    def write_now(self, line: bytes) -> bool:
+        """Write `line` whole without waiting; False: nothing was written."""
+        ...
+
+    async def write(self, line: bytes) -> None:
+        """Write `line`, waiting as long as it takes."""
+        ...
 
 
 @dataclass(slots=True)
@@ -64,7 +85,7 @@ class _Pending:
     channel: RawChannel
     release: Callable[[], None]
     """Ends the client's turn as the server's peer."""
-    sent_id: str | None = None
+    sent_id: str = ""
     """The id the request went to the server with."""
     timer: asyncio.TimerHandle | None = None
     """The deadline: a bare loop timer, the cheapest one there is (no cancel scope, no task)."""
@@ -98,7 +119,7 @@ class ExpressLane:
         self._pending: dict[int | str, _Pending] = {}
         self.sent = 0
         """Calls sent on this lane so far."""
-        self._write: Send | None = None
+        self._out: ClientOut | None = None
         self._tg: TaskGroup | None = None
 
     def __contains__(self, request_id: int | str) -> bool:
@@ -107,45 +128,47 @@ class ExpressLane:
     def __len__(self) -> int:
         return len(self._pending)
 
-    async def take(self, job: Job, write: Send, tg: TaskGroup) -> bool:
+    def take(self, job: Job, out: ClientOut, tg: TaskGroup) -> bool:
         """Send `job` on the express lane; False: it is the hot path's (nothing was sent).
 
         Args:
             job: The client's call.
-            write: Writes one whole line to the client.
-            tg: The transport's task group, for the rare step that must wait (a deadline's answer).
+            out: The client's side of the wire.
+            tg: The transport's task group, for what must wait (a deadline's notice to the server,
+                an answer the client's pipe cannot take at once).
         """
         params = job.params
         if params.meta is not None:
             return False
-        found = self._resolve(params.name)
-        if found is None:
+        try:
+            found = self._resolve(params.name)
+            if found is None:
+                return False
+            route, downstream = found
+            channel = downstream.sending(self._version)
+            if channel is None:
+                return False
+            arguments = params.arguments if params.arguments is not None else {}
+            ctx = self._engine.begin_sent(
+                params.name, route, arguments, request_id=job.id, session_id=self._session_id, raw_for=self._version
+            )
+            if ctx is None:
+                return False
+            pending = _Pending(job.id, ctx, downstream, channel, downstream.lend(self._peer))
+            sent_id = channel.send(route.remote_name, arguments, Sent(partial(self._answered, pending)))
+        except Exception:  # a bug, before anything was sent: the hot path answers the call
+            log.exception("express lane failed; the call takes the hot path", tool=params.name)
             return False
-        route, downstream = found
-        channel = downstream.sending(self._version)
-        if channel is None:
-            return False
-        arguments = params.arguments if params.arguments is not None else {}
-        ctx = self._engine.begin_sent(
-            params.name, route, arguments, request_id=job.id, session_id=self._session_id, raw_for=self._version
-        )
-        if ctx is None:
-            return False
-        self._write, self._tg = write, tg
-        pending = _Pending(job.id, ctx, downstream, channel, downstream.lend(self._peer))
-        self._pending[job.id] = pending
-        sent = Sent(then=partial(self._answered, pending), lost=partial(self._lost, pending))
-        sent_id = await channel.send(route.remote_name, arguments, sent)
-        if sent_id is None:  # the connection is gone and nothing went: the hot path says so
-            del self._pending[job.id]
+        if sent_id is None:  # the pipe cannot take it now: the hot path waits for it
             pending.release()
             return False
+        self._out, self._tg = out, tg
         pending.sent_id = sent_id
+        self._pending[job.id] = pending
         self.sent += 1
-        if not pending.ended:  # else answered while the write waited for the pipe
-            assert ctx.timeout is not None
-            loop = asyncio.get_running_loop()
-            pending.timer = loop.call_at(loop.time() + ctx.timeout, self._expire, pending)
+        assert ctx.timeout is not None
+        loop = asyncio.get_running_loop()
+        pending.timer = loop.call_at(loop.time() + ctx.timeout, self._expire, pending)
         return True
 
     def cancel(self, request_id: int | str) -> bool:
@@ -155,7 +178,7 @@ class ExpressLane:
         if pending is None or not self._end(pending):
             return False
         self._engine.end_sent(pending.ctx, None)
-        self._withdraw(pending)
+        self._later(pending.channel.withdraw, pending.sent_id)
         return True
 
     async def close(self) -> None:
@@ -163,8 +186,7 @@ class ExpressLane:
         for pending in list(self._pending.values()):
             if self._end(pending):
                 self._engine.end_sent(pending.ctx, None)
-                if pending.sent_id is not None:
-                    await pending.channel.withdraw(pending.sent_id)
+                await pending.channel.withdraw(pending.sent_id)
 
     def _end(self, pending: _Pending) -> bool:
         """Take `pending` out of the lane once; False if it had already ended."""
@@ -177,14 +199,10 @@ class ExpressLane:
         pending.release()
         return True
 
-    def _withdraw(self, pending: _Pending) -> None:
-        if pending.sent_id is not None and self._tg is not None:
-            self._tg.start_soon(pending.channel.withdraw, pending.sent_id)
-
-    async def _answered(
+    def _answered(
         self, pending: _Pending, outcome: RawResult | mcp_types.CallToolResult | MCPError | ValidationError
     ) -> None:
-        """The server's answer (or the loss of its connection), from its connection's reader."""
+        """The server's answer, or the error that ended the call (its connection lost), from its reader."""
         if not self._end(pending):
             return
         tool = pending.ctx.tool
@@ -196,12 +214,7 @@ class ExpressLane:
             line = encode_answer(pending.request_id, tool, done, self._version, b"\n")
         except Exception:  # the SDK path's boundary: a bug is logged and answered, never raised into the reader
             line = encode_answer(pending.request_id, tool, internal_error(tool), self._version, b"\n")
-        await self._send(line)
-
-    def _lost(self, pending: _Pending, error: MCPError) -> None:
-        """The connection ended, or the answer could not be read, before the answer came."""
-        if self._tg is not None:
-            self._tg.start_soon(self._answered, pending, error)
+        self._send(line)
 
     def _expire(self, pending: _Pending) -> None:
         """The deadline passed: the server is told, and the client answered with the timeout."""
@@ -210,17 +223,28 @@ class ExpressLane:
         done = self._engine.end_sent(pending.ctx, self._engine.sent_timed_out(pending.ctx))
         assert done is not None
         line = encode_answer(pending.request_id, pending.ctx.tool, done, self._version, b"\n")
-        assert self._tg is not None
-        self._tg.start_soon(self._withdraw_then_send, pending, line)
+        self._later(self._withdraw_then_send, pending, line)
 
     async def _withdraw_then_send(self, pending: _Pending, line: bytes) -> None:
-        if pending.sent_id is not None:
-            await pending.channel.withdraw(pending.sent_id)
-        await self._send(line)
+        await pending.channel.withdraw(pending.sent_id)
+        await self._write(line)
 
-    async def _send(self, line: bytes) -> None:
-        assert self._write is not None
+    def _send(self, line: bytes) -> None:
+        assert self._out is not None
+        if not self._out.write_now(line):
+            self._later(self._write, line)
+
+    async def _write(self, line: bytes) -> None:
+        assert self._out is not None
         try:
-            await self._write(line)
+            await self._out.write(line)
         except (anyio.ClosedResourceError, anyio.BrokenResourceError):
             log.debug("answer not delivered: the client is gone")
+
+    def _later(self, func: Callable[[*_Args], Coroutine[Any, Any, object]], *args: *_Args) -> None:
+        """Run `func(*args)` in a task of its own (the transport's, which ends with the client)."""
+        assert self._tg is not None
+        try:
+            self._tg.start_soon(func, *args)
+        except RuntimeError:  # the transport is closing: the client is gone
+            log.debug("not done: the client is gone", step=getattr(func, "__name__", "?"))

@@ -51,7 +51,7 @@ from toolscore.telemetry import tracing
 if TYPE_CHECKING:
     from anyio.abc import TaskGroup
 
-    from toolscore.front.express import ExpressLane
+    from toolscore.front.express import ClientOut, ExpressLane
 
 __all__ = ["FastCalls", "Job", "Relay", "answer", "cancelled_id", "decode_call", "encode_answer", "internal_error"]
 
@@ -306,10 +306,10 @@ class FastCalls:
             return None
         return job
 
-    async def express(self, job: Job, send: Send, tg: TaskGroup) -> bool:
-        """Send `job` on the express lane, which answers it on `send`; False: `run` it instead."""
+    def express(self, job: Job, out: ClientOut, tg: TaskGroup) -> bool:
+        """Send `job` on the express lane, which answers it on `out`; False: `run` it instead."""
         lane = self._lane
-        return lane is not None and await lane.take(job, send, tg)
+        return lane is not None and lane.take(job, out, tg)
 
     async def close(self) -> None:
         """The client is gone: the express lane's calls end (the hot path's are cancelled by their transport)."""

@@ -99,6 +99,10 @@ class ClientLines:
         if self._writer.closed:
             raise anyio.BrokenResourceError
 
+    def write_now(self, line: bytes) -> bool:
+        """Write one whole line without waiting, if the pipe takes it at once; False: nothing was written."""
+        return self._writer.write_now(line)
+
     async def aclose(self) -> None:
         self._closed = True
 
@@ -173,7 +177,7 @@ async def _read_lines(
                 if fast.cancels(line):
                     continue
                 if (job := fast.take(line)) is not None:
-                    if not await fast.express(job, out.write, workers.tg):
+                    if not fast.express(job, out, workers.tg):
                         workers.run(job)
                     continue
             await _deliver(line, sink, out)
