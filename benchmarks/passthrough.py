@@ -1,12 +1,14 @@
 """Passthrough overhead: the gateway vs. a direct client to the same fixture server, over stdio.
 
-    .venv/bin/python benchmarks/passthrough.py [--rounds 3] [--calls 500]
+    .venv/bin/python benchmarks/passthrough.py [--rounds 3] [--calls 500] [--compare SRC]
 
 Every path uses a real `mcp` client over stdio in the handshake era (what Claude Desktop speaks):
 "direct" spawns the fixture server; "relay" spawns benchmarks/line_relay.py, which spawns the
 fixture and copies bytes both ways, parsing nothing (the cost of the process hop alone);
 "minimal" is the floor of any SDK-based proxy (benchmarks/minimal_proxy.py: forwarding only);
-"gateway" spawns `toolscore serve`, which spawns the fixture (under its reaper process).
+"gateway" spawns `toolscore serve`, which spawns the fixture (under its reaper process);
+with `--compare SRC`, "compare" spawns the same command from another checkout's `SRC/src` (say,
+the code before a change, from `git worktree add`), so old and new code meet the same noise.
 Rounds alternate the order so machine noise hits every path alike; each figure is the median
 over rounds, and the last columns are ratios to direct. Audit logging is on (to a temporary
 file), as a user would run it.
@@ -171,6 +173,7 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--calls", type=int, default=500, help="sequential calls per round")
+    parser.add_argument("--compare", type=Path, metavar="SRC", help="also run the gateway of this checkout")
     args = parser.parse_args()
 
     tmp = Path(tempfile.mkdtemp(prefix="toolscore-bench-"))
@@ -203,6 +206,13 @@ async def main() -> None:
             plans=True,
         ),
     ]
+    if args.compare is not None:
+        other = StdioServerParameters(
+            command=sys.executable,
+            args=["-m", "toolscore", "serve", "--config", str(config)],
+            env={"PYTHONPATH": str(args.compare.resolve() / "src")},
+        )
+        paths.append(Route("compare", other, "toolscore_bench__", plans=True))
     names = [p.name for p in paths]
     results: dict[str, list[dict[str, float]]] = {name: [] for name in names}
     for round_ in range(args.rounds):
