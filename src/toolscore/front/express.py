@@ -27,8 +27,8 @@ requests and logs, as on the hot path.
 
 A call goes to the hot path instead when anything about it needs more: `_meta` (a progress
 token), a server whose connection is not a stdio pipe at the client's version, a server isolated
-per session, a tool that runs as a task, a breaker that is open, arguments that fail their
-schema, and every call while a hook is installed (`hookless`) or tracing is on.
+per session, a tool that requires a task, a breaker that is not closed, arguments that fail
+their schema, and every call while a hook is installed (`hookless`) or tracing is on.
 """
 
 from __future__ import annotations
