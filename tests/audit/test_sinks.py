@@ -96,3 +96,38 @@ def test_a_record_holding_a_lone_surrogate_is_written_with_it_replaced(tmp_path:
     sink.close()
     assert sink.lost == 0
     assert json.loads(path.read_text())["arguments"] == {"text": "a\ufffdb"}
+
+
+def test_a_record_of_checked_fields_is_the_validated_record_and_written_the_same(tmp_path: Path) -> None:
+    fields = {
+        "time": datetime(2026, 11, 26, 6, 0, 0, 123456, tzinfo=UTC),
+        "call_id": "a-1",
+        "request_id": "7",
+        "plan_id": None,
+        "tool": "fx__echo",
+        "server": "fx",
+        "remote_tool": "echo",
+        "phase": "post_execution",
+        "duration_ms": 1.234,
+        "success": False,
+        "error_kind": "tool_error",
+        "error": None,
+        "estimated_tokens": 30,
+        "actual_tokens": 12,
+        "violations": ("rule: no",),
+        "batched": False,
+        "answered_by": None,
+        "argument_names": ("text", "n"),
+        "arguments": {"text": "caf\u00e9 \U0001f600", "n": None, "deep": {"x": [1, 2.5, True]}},
+        "plan_hash": None,
+        "steps": None,
+        "outcome": {"ok": 2},
+    }
+    assert set(fields) == set(AuditRecord.model_fields)  # of_checked takes every field
+    checked, validated = AuditRecord.of_checked(**fields), AuditRecord(**fields)
+    assert checked == validated
+    sink = JsonlAuditSink(tmp_path / "audit.jsonl")
+    sink.write(checked)
+    sink.close()
+    line = (tmp_path / "audit.jsonl").read_text().splitlines()[0]
+    assert json.loads(line) == json.loads(validated.model_dump_json(exclude_none=True))
