@@ -393,8 +393,8 @@ class Downstream:
         the bytes then mean the same on both sides. Otherwise, and for whatever the fast reading
         cannot vouch for (`toolscore.downstream.raw`), the result is the SDK's model, as `call` gives.
         """
-        channel = self._raw_channel()
-        if channel is None or self.protocol_version != protocol_version:
+        channel = self._raw_channel_for(protocol_version)
+        if channel is None:
             return await self.call(tool, arguments, progress=progress)
         async with self._call_exchange(tool):
             answer = await channel.call(tool, arguments, progress=progress)
@@ -404,10 +404,7 @@ class Downstream:
         """The raw channel, where a call may be sent on it now and its result kept as bytes (what
         `call_raw` requires, and the breaker closed); else None. The express lane's (`front.express`),
         which hands the outcome to `call_outcome`."""
-        client = self._client
-        if client is None or client.protocol_version != protocol_version or self._refusal() is not None:
-            return None
-        return self._raw_channel()
+        return None if self._refusal() is not None else self._raw_channel_for(protocol_version)
 
     def call_outcome(
         self, tool: str, outcome: RawResult | mcp_types.CallToolResult | MCPError | ValidationError
@@ -423,7 +420,7 @@ class Downstream:
             return self._malformed(what)
         if outcome.code == mcp_types.CONNECTION_CLOSED:
             return self._closed_during(what, _CALL_CLOSED_NOTE)
-        return DownstreamProtocolError.answered(self.name, what, outcome.error)
+        return self._answered(tool, outcome)
 
     def lend(self, peer: Peer) -> Callable[[], None]:
         """`peer` receives this server's requests and logs (as during `_exchange`) until the returned
@@ -435,6 +432,15 @@ class Downstream:
         """The breaker's refusal; the clock is read (through anyio's backend lookup) only when it is not closed."""
         breaker = self.breaker
         return None if breaker.state is BreakerState.CLOSED else breaker.refusal(anyio.current_time())
+
+    def _answered(self, tool: str, exc: MCPError) -> DownstreamProtocolError:
+        """The server's JSON-RPC error answering a call to `tool`, as the gateway reports it."""
+        return DownstreamProtocolError.answered(self.name, f"the call to '{tool}'", exc.error)
+
+    def _raw_channel_for(self, protocol_version: str) -> RawChannel | None:
+        """The raw channel, where the bytes of a result mean the same to a client speaking
+        `protocol_version`: the connection negotiated that version."""
+        return self._raw_channel() if self.protocol_version == protocol_version else None
 
     def _raw_channel(self) -> RawChannel | None:
         """The gateway's own channel for `tools/call` (stdio), unless tracing is on: the SDK's client
@@ -456,7 +462,7 @@ class Downstream:
             except MCPError as exc:
                 if exc.code == mcp_types.CONNECTION_CLOSED:
                     raise  # `_exchange` says the server is being restarted
-                raise DownstreamProtocolError.answered(self.name, f"the call to '{tool}'", exc.error) from None
+                raise self._answered(tool, exc) from None
 
     @staticmethod
     def _without_stamp(result: mcp_types.CallToolResult) -> mcp_types.CallToolResult:
