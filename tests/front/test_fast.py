@@ -242,6 +242,36 @@ async def test_a_cancelled_call_gets_no_answer_and_is_cancelled_downstream(tmp_p
     assert [r["error_kind"] for r in audit(tmp_path) if r["tool"] == "c__sleep"] == ["cancelled"]
 
 
+@pytest.mark.parametrize("meta", [False, True], ids=["express", "hot"])
+async def test_calls_that_share_an_id_in_flight_are_each_answered(tmp_path: Path, launch: Launch, meta: bool) -> None:
+    """A client that reuses an id while its call is out (a bug, or an attack) gets an answer to each
+    call, and the gateway goes on: the first takes the fast path, the others the SDK's."""
+    params: dict[str, Any] = {"name": "c__sleep", "arguments": {"seconds": 0.3}} | ({"_meta": {}} if meta else {})
+    request = json.dumps({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": params}).encode()
+    async with launch(corpus_config(tmp_path)) as client:
+        await client.send(b"\n".join([request] * 3))  # one write: all three are read before any is answered
+        answers = [json.loads(await client.answer(7)) for _ in range(3)]
+        line = await client.call(8, "c__case", {"name": "text"})
+    # The SDK's answers are its own encoding of the same result (it writes `isError: false`).
+    assert [a["result"]["content"] for a in answers] == [json.loads(CASES["text"])["content"]] * 3
+    assert result_bytes(line, 8) == CASES["text"]
+
+
+async def test_a_call_cancelled_before_a_worker_starts_it_never_runs(tmp_path: Path, launch: Launch) -> None:
+    """The call and its cancellation in one read: the hot path's call is in flight from the moment
+    it is read, so the cancellation finds it, and it is neither sent to the server nor answered."""
+    params = {"name": "c__sleep", "arguments": {"seconds": 0.2}, "_meta": {}}  # `_meta`: the hot path's
+    call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params}
+    cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1}}
+    async with launch(corpus_config(tmp_path)) as client:
+        await client.send(json.dumps(call).encode() + b"\n" + json.dumps(cancel).encode())
+        await anyio.sleep(0.5)  # past the sleep: an answer to 1 would have come by now
+        line = await client.call(2, "c__case", {"name": "text"})
+    assert client.other == []
+    assert result_bytes(line, 2) == CASES["text"]
+    assert [r["tool"] for r in audit(tmp_path)] == ["c__case"]
+
+
 async def test_a_deadline_cancels_the_call_downstream(tmp_path: Path, launch: Launch) -> None:
     config = corpus_config(tmp_path)
     data = json.loads(config.read_text())

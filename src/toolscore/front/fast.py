@@ -307,9 +307,16 @@ class FastCalls:
         return job
 
     def express(self, job: Job, out: ClientOut, tg: TaskGroup) -> bool:
-        """Send `job` on the express lane, which answers it on `out`; False: `run` it instead."""
+        """Send `job` on the express lane, which answers it on `out`; False: `run` it instead.
+
+        A job left to `run` is in flight from now on, not from when a worker starts it: another
+        call with its id, read meanwhile, goes to the SDK (`take`), and a cancellation finds it.
+        """
         lane = self._lane
-        return lane is not None and lane.take(job, out, tg)
+        if lane is not None and lane.take(job, out, tg):
+            return True
+        self._running[job.id] = anyio.CancelScope()
+        return False
 
     async def close(self) -> None:
         """The client is gone: the express lane's calls end (the hot path's are cancelled by their transport)."""
@@ -320,12 +327,16 @@ class FastCalls:
         """Answer `job` on `send`, unless the client cancels it first."""
         template = self._template
         assert template is not None
-        with anyio.CancelScope() as scope:
-            self._running[job.id] = scope
+        scope = self._running.setdefault(job.id, anyio.CancelScope())  # reserved by `express`
+        if scope.cancel_called:  # cancelled while it waited for a worker: nothing was started
+            del self._running[job.id]
+            return
+        with scope:
             try:
                 line = await answer(self.relay, template, job, end=b"\n")
             finally:
-                del self._running[job.id]
+                if self._running.get(job.id) is scope:
+                    del self._running[job.id]
         if scope.cancelled_caught:
             return  # the client cancelled: it expects no answer
         try:
