@@ -324,10 +324,10 @@ class FastCalls:
             await self._lane.close()
 
     async def run(self, job: Job, send: Send) -> None:
-        """Answer `job` on `send`, unless the client cancels it first."""
+        """Answer `job` (which `express` left to it) on `send`, unless the client cancels it first."""
         template = self._template
         assert template is not None
-        scope = self._running.setdefault(job.id, anyio.CancelScope())  # reserved by `express`
+        scope = self._running[job.id]  # reserved by `express`, as the job was read
         if scope.cancel_called:  # cancelled while it waited for a worker: nothing was started
             del self._running[job.id]
             return
@@ -335,8 +335,7 @@ class FastCalls:
             try:
                 line = await answer(self.relay, template, job, end=b"\n")
             finally:
-                if self._running.get(job.id) is scope:
-                    del self._running[job.id]
+                del self._running[job.id]  # its own: no other job with this id got past `take`
         if scope.cancelled_caught:
             return  # the client cancelled: it expects no answer
         try:
