@@ -16,6 +16,7 @@ from pydantic_core import PydanticSerializationError
 __all__ = [
     "JsonPath",
     "format_path",
+    "holds_unpaired_surrogate",
     "iter_strings",
     "map_strings",
     "map_strings_at",
@@ -74,6 +75,16 @@ def map_strings_at(value: Any, fn: Callable[[str, JsonPath], Any], path: JsonPat
     if isinstance(value, list):
         return [map_strings_at(item, fn, (*path, n)) for n, item in enumerate(value)]
     return value
+
+
+def holds_unpaired_surrogate(value: Any) -> bool:
+    """Whether a string in a JSON value (object keys included) cannot be written as UTF-8."""
+    for text in iter_strings(value, keys=True):
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            return True
+    return False
 
 
 def unpaired_surrogate_free(text: str) -> str:

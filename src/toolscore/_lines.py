@@ -28,7 +28,16 @@ import anyio
 import anyio.lowlevel
 import mcp_types
 
-__all__ = ["LineSplitter", "LineWriter", "Oversized", "message_id", "read_lines", "widen_pipe", "write_lines"]
+__all__ = [
+    "LineSplitter",
+    "LineWriter",
+    "Oversized",
+    "answerable_id",
+    "message_id",
+    "read_lines",
+    "widen_pipe",
+    "write_lines",
+]
 
 _CHUNK = 1 << 16  # below malloc's mmap threshold: a small message does not cost a mapping per read
 # (1 MiB reads of a large message measured no faster, and held 2.7 MB more at peak)
@@ -120,6 +129,22 @@ def message_id(head: bytes) -> mcp_types.RequestId | None:
     """The id of a JSON-RPC message that could not be read whole, if its first bytes show it."""
     match = _ID.search(head)
     return json.loads(match.group(1)) if match else None
+
+
+def answerable_id(value: object) -> mcp_types.RequestId | None:
+    """`value` as the id of an answer, or None (JSON `null`) where no answer can carry it.
+
+    That is anything but an integer or a string, and a string that cannot be written as UTF-8
+    (a lone surrogate, which JSON's `\\ud800` escape can spell): echoing it would fail to encode.
+    """
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        return None
+    if isinstance(value, str):
+        try:
+            value.encode()
+        except UnicodeEncodeError:
+            return None
+    return value
 
 
 class _Readable:

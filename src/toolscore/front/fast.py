@@ -133,7 +133,9 @@ def decode_call(data: bytes) -> Job | None:
         if request.method != "tools/call" or request.jsonrpc != "2.0" or not request.params:
             return None
         params = _params.decode(request.params)
-    except (msgspec.DecodeError, RecursionError):  # nested too deep for msgspec: the SDK answers
+    except (msgspec.DecodeError, RecursionError, UnicodeDecodeError):
+        # Nested too deep for msgspec, or not UTF-8 where msgspec only checks when it reads a
+        # string (params, names): the SDK's path answers it with the spec's error.
         return None
     if request.id is None or (params.meta is not None and mcp_types.PROTOCOL_VERSION_META_KEY in params.meta):
         return None  # a notification, or a 2026-07-28 envelope: the SDK routes it by era
@@ -146,7 +148,7 @@ def cancelled_id(data: bytes) -> int | str | None:
         return None
     try:
         message = _cancel.decode(data)
-    except (msgspec.DecodeError, RecursionError):
+    except (msgspec.DecodeError, RecursionError, UnicodeDecodeError):
         return None
     if message.method != "notifications/cancelled" or message.params is None:
         return None

@@ -24,10 +24,14 @@ from typing import Any
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from toolscore._json import holds_unpaired_surrogate
+from toolscore._lines import answerable_id
+
 __all__ = ["check_body"]
 
 _CHECK_BYTES = 1 << 20
 _SUSPECT_ID = re.compile(rb'"id"\s*:\s*[\[{tfn]')  # an object, array, true, false or null id
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")  # \ud800-\udfff: paired, or not (then -32700)
 
 
 def _error(code: int, message: str, request_id: str | int | None = None, status: int = 400) -> JSONResponse:
@@ -40,6 +44,14 @@ def _valid_id(value: Any) -> bool:
 
 def problem(body: bytes) -> JSONResponse | None:
     """The error for a JSON-RPC message (or batch) the SDK would misread, or None."""
+    try:
+        body.decode()
+    except UnicodeDecodeError:
+        # The SDK's modern-era app reads bytes with `json.loads`, which lets encoded surrogates
+        # (ED A0 80) through to fail later as an internal error: the stdio front's answer instead.
+        return _error(-32700, "Parse error: the body is not UTF-8")
+    if _SURROGATE_ESCAPE.search(body) is not None and (answer := _unpaired(body)) is not None:
+        return answer
     if b'"method"' in body and not _SUSPECT_ID.search(body) and not body.lstrip().startswith(b"["):
         return None
     try:
@@ -55,6 +67,18 @@ def problem(body: bytes) -> JSONResponse | None:
         if "method" not in message and "result" not in message and "error" not in message:
             return _error(-32600, "Invalid request: not a JSON-RPC 2.0 message (no 'method')", request_id)
     return None
+
+
+def _unpaired(body: bytes) -> JSONResponse | None:
+    """-32700 for a body whose strings hold an unpaired surrogate escape (no reply could echo them)."""
+    try:
+        value = json.loads(body)
+    except (ValueError, RecursionError):
+        return None  # the SDK answers -32700 itself
+    if not holds_unpaired_surrogate(value):
+        return None
+    request_id = answerable_id(value.get("id")) if isinstance(value, dict) else None
+    return _error(-32700, "Parse error: a string holds a lone surrogate (U+D800 to U+DFFF)", request_id)
 
 
 async def check_body(app: ASGIApp, scope: Scope, receive: Receive, send: Send) -> None:

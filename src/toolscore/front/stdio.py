@@ -33,7 +33,8 @@ from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.shared.message import SessionMessage
 
-from toolscore._lines import LineWriter, Oversized, message_id, read_lines, widen_pipe
+from toolscore._json import holds_unpaired_surrogate
+from toolscore._lines import LineWriter, Oversized, answerable_id, message_id, read_lines, widen_pipe
 from toolscore.config import DEFAULT_MAX_REQUEST_BYTES
 from toolscore.front.fast import FastCalls, Job
 
@@ -59,14 +60,23 @@ def _error(request_id: mcp_types.RequestId | None, code: int, message: str) -> S
 
 
 def _answer_to_unreadable(line: bytes) -> SessionMessage:
-    """The JSON-RPC error a line that is not a valid message gets (the spec's parse/invalid-request errors)."""
+    """The JSON-RPC error a line that is not a valid message gets (the spec's parse/invalid-request errors).
+
+    The id is echoed where one can be read and written back, so the client stops waiting for it.
+    """
     try:
-        value = json.loads(line)
+        text = line.decode()
+    except UnicodeDecodeError:  # json.loads would read bytes with `surrogatepass`: not here
+        return _error(None, mcp_types.PARSE_ERROR, "Parse error: the line is not UTF-8")
+    try:
+        value = json.loads(text)
     except (ValueError, RecursionError):
-        return _error(None, mcp_types.PARSE_ERROR, "Parse error: the line is not valid JSON (or not UTF-8)")
-    request_id = value.get("id") if isinstance(value, dict) else None
-    if not isinstance(request_id, str | int) or isinstance(request_id, bool):
-        request_id = None
+        return _error(None, mcp_types.PARSE_ERROR, "Parse error: the line is not valid JSON")
+    request_id = answerable_id(value.get("id") if isinstance(value, dict) else None)
+    if "\\u" in text and holds_unpaired_surrogate(value):
+        return _error(
+            request_id, mcp_types.PARSE_ERROR, "Parse error: a string holds a lone surrogate (U+D800 to U+DFFF)"
+        )
     return _error(request_id, mcp_types.INVALID_REQUEST, "Invalid request: not a JSON-RPC 2.0 message")
 
 
@@ -167,22 +177,42 @@ async def _read_lines(
 ) -> None:
     async with sink, aclosing(read_lines(fd, limit)) as lines:
         async for line in lines:  # until EOF: the client is gone
-            if isinstance(line, Oversized):
-                log.warning("request over the size limit refused", limit=limit)
-                error = _error(message_id(line.head), mcp_types.INVALID_REQUEST, f"the request exceeds {limit} bytes")
-                await _answer(out, error)
-                continue
-            if fast is not None and workers is not None:
-                await fast.settled(line)
-                if fast.cancels(line):
-                    continue
-                if (job := fast.take(line)) is not None:
-                    if not fast.express(job, out, workers.tg):
-                        workers.run(job)
-                    continue
-            await _deliver(line, sink, out)
+            try:
+                await _take(line, sink, out, limit, fast, workers)
+            except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+                raise  # the session is over: nothing left to answer
+            except Exception:
+                # The boundary: no line, however it was crafted, ends the transport and every
+                # server under it. Whatever slipped past the checks gets an answer, not a crash.
+                log.exception("a client line could not be handled")
+                await _answer(out, _error(None, mcp_types.PARSE_ERROR, "Parse error: the line could not be read"))
     if workers is not None:
         workers.end()  # idle workers end; after EOF the transport's exit cancels the calls in flight
+
+
+async def _take(
+    line: bytes | Oversized,
+    sink: MemoryObjectSendStream[SessionMessage | Exception],
+    out: ClientLines,
+    limit: int,
+    fast: FastCalls | None,
+    workers: _Workers | None,
+) -> None:
+    """One line from the client: refused, handed to the hot path, or delivered to the SDK."""
+    if isinstance(line, Oversized):
+        log.warning("request over the size limit refused", limit=limit)
+        request_id = answerable_id(message_id(line.head))
+        await _answer(out, _error(request_id, mcp_types.INVALID_REQUEST, f"the request exceeds {limit} bytes"))
+        return
+    if fast is not None and workers is not None:
+        await fast.settled(line)
+        if fast.cancels(line):
+            return
+        if (job := fast.take(line)) is not None:
+            if not fast.express(job, out, workers.tg):
+                workers.run(job)
+            return
+    await _deliver(line, sink, out)
 
 
 async def _answer(out: ClientLines, message: SessionMessage) -> None:
@@ -222,9 +252,10 @@ def _encode(message: Outgoing) -> bytes:
         # Text that cannot be encoded (an unpaired surrogate) must not kill the writer, and so
         # the whole session: the client gets an error for this one request instead.
         log.exception("a reply could not be serialised")
-        request_id = getattr(message.message, "id", None)
-        if request_id is None:
-            return b""
+        if not hasattr(message.message, "id"):
+            return b""  # a notification: nobody waits for it
+        # An id that cannot be encoded itself (a lone surrogate) is answered as `null`.
+        request_id = answerable_id(message.message.id)
         reply = _error(request_id, mcp_types.INTERNAL_ERROR, "the reply could not be encoded as JSON")
         return (reply.message.model_dump_json(by_alias=True, exclude_unset=True) + "\n").encode()
 
