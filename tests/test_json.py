@@ -9,6 +9,7 @@ from toolscore._json import (
     iter_strings,
     map_strings,
     map_strings_at,
+    repaired_json_line,
     scrub_unpaired_surrogates,
     unpaired_surrogate_free,
 )
@@ -46,3 +47,12 @@ def test_unpaired_surrogates_are_replaced_and_sound_text_is_kept() -> None:
     assert fixed.structured_content == {"k": "\ufffd"}
     fine = mcp_types.CallToolResult(content=[mcp_types.TextContent(text="ok")])
     assert scrub_unpaired_surrogates(fine) is fine
+
+
+def test_a_json_line_with_unpaired_surrogates_or_bad_utf8_is_repaired_and_others_are_left_alone() -> None:
+    assert repaired_json_line(rb'{"a":"x\ud800y","\udc00":1}') == '{"a":"x\ufffdy","\ufffd":1}'.encode()
+    assert repaired_json_line(b'{"a":"caf\xe9"}') == '{"a":"caf\ufffd"}'.encode()
+    assert repaired_json_line(rb'{"a":"\ud83d\ude00"}') is None  # a pair: nothing to repair
+    assert repaired_json_line(b'{"a":"fine"}') is None
+    assert repaired_json_line(b"not json") is None
+    assert repaired_json_line(b"[" * 100_000 + b"]" * 100_000) is None  # too deep for json: not repaired

@@ -15,7 +15,7 @@ from mcp import Client
 from mcp.server import Server, ServerRequestContext
 from mcp.server.connection import Connection
 
-from toolscore._sdk import connection_of, http_session, send_as_client, send_raw_request
+from toolscore._sdk import connection_of, http_session, send_as_client, send_raw_request, session_closed
 
 pytestmark = pytest.mark.anyio
 
@@ -34,6 +34,14 @@ async def test_a_front_session_leads_to_its_connection_and_a_client_sends_raw_re
         raw = await send_raw_request(client, "tools/list", None)
     assert raw["tools"][0]["name"] == "ok"
     assert isinstance(seen[0], Connection) and seen[0].has_standalone_channel
+
+
+async def test_a_client_session_tells_when_its_transport_has_ended() -> None:
+    server = Server("adapter")
+    async with Client(server, mode="legacy") as client:
+        session = client.session
+        assert not session_closed(session)
+    assert session_closed(session)
 
 
 async def test_a_2026_request_can_carry_another_clients_capabilities() -> None:

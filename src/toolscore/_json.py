@@ -7,6 +7,7 @@ fail. Everything that goes back to a client and holds model-written text is chec
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
@@ -20,6 +21,7 @@ __all__ = [
     "iter_strings",
     "map_strings",
     "map_strings_at",
+    "repaired_json_line",
     "scrub_unpaired_surrogates",
     "unpaired_surrogate_free",
 ]
@@ -94,6 +96,45 @@ def unpaired_surrogate_free(text: str) -> str:
     except UnicodeEncodeError:
         return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
     return text
+
+
+def repaired_json_line(line: bytes) -> bytes | None:
+    """A JSON line with invalid UTF-8 and unpaired surrogates (raw or `\\ud800` escapes) replaced
+    by U+FFFD, written again as compact UTF-8 JSON; None if it is not JSON or needs no repair.
+
+    Real pages give browsers such text, and a server that passes it on writes valid JSON that no
+    strict reader (pydantic, msgspec) accepts: repaired, the message is read instead of dropped.
+    """
+    try:
+        value = json.loads(line.decode("utf-8", errors="replace"))
+    except (ValueError, RecursionError):
+        return None
+    if not holds_unpaired_surrogate(value) and not _replaced(line):
+        return None
+    try:
+        fixed = _scrub_value(value)
+        return json.dumps(fixed, ensure_ascii=False, separators=(",", ":")).encode()
+    except RecursionError:
+        return None
+
+
+def _replaced(line: bytes) -> bool:
+    """Whether `line` is not valid UTF-8 (decoding it replaced something)."""
+    try:
+        line.decode("utf-8")
+    except UnicodeDecodeError:
+        return True
+    return False
+
+
+def _scrub_value(value: Any) -> Any:
+    if isinstance(value, str):
+        return unpaired_surrogate_free(value)
+    if isinstance(value, dict):
+        return {unpaired_surrogate_free(k): _scrub_value(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_scrub_value(item) for item in value]
+    return value
 
 
 def scrub_unpaired_surrogates(model: M) -> M:

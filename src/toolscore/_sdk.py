@@ -39,7 +39,18 @@ __all__ = [
     "request_context",
     "send_raw_request",
     "send_session_raw_request",
+    "session_closed",
 ]
+
+
+def session_closed(session: ClientSession) -> bool:
+    """Whether the client session's dispatcher has seen its transport end (EOF or shutdown).
+
+    The SDK reports a lost connection as `MCPError` -32000, a code any server may also send as its
+    own answer; this tells the two apart.
+    """
+    dispatcher = getattr(session, "_dispatcher", None)
+    return bool(getattr(dispatcher, "_closed", False))
 
 
 def connection_of(session: ServerSession) -> Connection:

@@ -102,3 +102,29 @@ async def test_the_restart_delay_starts_over_after_backoff_reset_seconds_up(
             await wait_for(lambda n=connects: fx.connects == n, 15)
             seen.append(fx.retry_delay)
         assert seen == delays
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+async def test_a_servers_own_minus_32000_is_its_answer_not_a_lost_connection(tmp_path: Path, mode: str) -> None:
+    """-32000 is the SDK's code for a closed connection and a common "server error" code alike: a
+    server answering with it is not restarted, and a sibling call in flight is answered.
+
+    A handshake-era client's call goes on the gateway's raw channel; a 2026-07-28 client's through
+    the SDK's session."""
+    cfg = make_config({"a": fixture_entry(tmp_path)})
+    async with running_gateway(cfg, tmp_path) as (gw, _), Client(gw.server, mode=mode) as client:  # type: ignore[arg-type]
+        pid = text(await client.call_tool("a__pid", {}))
+        sibling: list[mcp_types.CallToolResult] = []
+
+        async def slow_call() -> None:
+            sibling.append(await client.call_tool("a__sleep", {"seconds": 1}))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(slow_call)
+            answered = await client.call_tool("a__explode", {"code": -32000})
+        assert answered.is_error
+        assert "-32000" in text(answered) and "server error -32000" in text(answered)
+        assert "restarted" not in text(answered)
+        assert not sibling[0].is_error and text(sibling[0]) == "slept 1"
+        assert text(await client.call_tool("a__pid", {})) == pid  # the same process: never restarted
+        assert gw.hub.downstreams["a"].connects == 1

@@ -72,6 +72,19 @@ async def test_invalid_utf8_and_noise_from_a_server_do_not_drop_it(tmp_path: Pat
         assert gw.hub.downstreams["raw"].connects == 1
 
 
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+async def test_a_lone_surrogate_in_a_servers_result_is_replaced_not_dropped(tmp_path: Path, mode: str) -> None:
+    """Such a line was dropped as not JSON-RPC: the call hung until its deadline. The legacy client's
+    call takes the gateway's raw channel, the 2026-07-28 client's the SDK's session."""
+    cfg = make_config({"raw": {"command": sys.executable, "args": [RAW_SERVER], "timeout": 60}})
+    async with running_gateway(cfg, tmp_path) as (gw, _), Client(gw.server, mode=mode) as client:  # type: ignore[arg-type]
+        with anyio.fail_after(30):  # a hang detector: the answer is there at once
+            result = await client.call_tool("raw__good", {"mode": "surrogate"})
+        assert not result.is_error and text(result) == "a\ufffdb"
+        assert text(await client.call_tool("raw__good", {})) == "ok"
+        assert gw.hub.downstreams["raw"].connects == 1
+
+
 @pytest.fixture(scope="module")
 def stdio(tmp_path_factory: pytest.TempPathFactory) -> Iterator[subprocess.Popen[bytes]]:
     """`toolscore serve` over stdio, initialized, with a 1 MiB request cap: one for the module, so

@@ -10,7 +10,8 @@ and one byte of invalid UTF-8 fails its decoder and drops the connection. Here, 
 - a message longer than `max_message_bytes` is not kept: its first KiB is, to find the request
   it answers, and that request gets a JSON-RPC error naming the limit (the rest is skipped up to
   the next newline);
-- invalid UTF-8 in a line is replaced (U+FFFD) and logged, instead of dropping the connection;
+- invalid UTF-8 or an unpaired surrogate (`\\ud800`) in a line is replaced (U+FFFD) and logged
+  once per connection, instead of dropping the connection or the answer;
   a line that is not JSON-RPC at all is logged and skipped;
 - the gateway's own `tools/call` requests share the pipes (`raw.RawChannel`): both writers write
   whole lines through one `LineWriter`, and the reader hands the channel its answers (and log
@@ -42,6 +43,7 @@ import structlog
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.shared.message import SessionMessage
 
+from toolscore._json import repaired_json_line
 from toolscore._lines import LineWriter, Oversized, message_id, read_lines, widen_pipe, write_lines
 from toolscore.downstream.raw import RawChannel
 from toolscore.downstream.spawn import DEFAULT_ENV_KEYS as DEFAULT_ENV_KEYS
@@ -116,21 +118,11 @@ def _response_error(head: bytes, limit: int) -> SessionMessage | None:
     return SessionMessage(mcp_types.JSONRPCError(jsonrpc="2.0", id=request_id, error=error))
 
 
-def _parse(line: bytes, server: str) -> SessionMessage | None:
+def _parse(line: bytes) -> SessionMessage | None:
     try:
         return SessionMessage(mcp_types.jsonrpc_message_adapter.validate_json(line, by_name=False))
     except ValueError:
-        pass
-    text = line.decode("utf-8", errors="replace")
-    if "\ufffd" in text and text.encode("utf-8", "surrogatepass") != line:
-        bad = line[:120]
-        log.warning("invalid UTF-8 from server, replaced", server=server, bytes=repr(bad))
-        try:
-            return SessionMessage(mcp_types.jsonrpc_message_adapter.validate_json(text, by_name=False))
-        except ValueError:
-            pass
-    log.warning("server wrote a line that is not JSON-RPC; skipped", server=server, line=text[:200])
-    return None
+        return None
 
 
 async def _read(
@@ -142,6 +134,7 @@ async def _read(
     raw: RawChannel,
 ) -> None:
     delivering = True  # once the session stops listening, output is read and dropped
+    repaired = 0  # lines read only once repaired: logged on the first
 
     async def deliver(message: SessionMessage | None) -> None:
         nonlocal delivering
@@ -168,7 +161,27 @@ async def _read(
                     elif raw.claims(line) and await raw.deliver(line):
                         continue  # the answer to the gateway's own call: the SDK never parses it
                     elif line.strip() and delivering:
-                        await deliver(_parse(line.strip(), server))
+                        message = _parse(line.strip())
+                        if message is None and (fixed := repaired_json_line(line)) is not None:
+                            # Invalid UTF-8 or an unpaired surrogate (`\\ud800`, as browsers read from
+                            # real pages): replaced, so the call it answers is not left to time out.
+                            repaired += 1
+                            if repaired == 1:
+                                log.warning(
+                                    "server wrote invalid UTF-8 or unpaired surrogates; replaced with U+FFFD",
+                                    server=server,
+                                    line=line[:120].decode("utf-8", errors="replace"),
+                                )
+                            if raw.claims(fixed) and await raw.deliver(fixed):
+                                continue
+                            message = _parse(fixed)
+                        if message is None:
+                            log.warning(
+                                "server wrote a line that is not JSON-RPC; skipped",
+                                server=server,
+                                line=line[:200].decode("utf-8", errors="replace"),
+                            )
+                        await deliver(message)
         finally:
             raw.close()
 

@@ -35,13 +35,20 @@ from mcp.shared.message import SessionMessage
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel, Field, ValidationError
 
-from toolscore._sdk import ReadStream, WriteStream, send_as_client, send_raw_request, send_session_raw_request
+from toolscore._sdk import (
+    ReadStream,
+    WriteStream,
+    send_as_client,
+    send_raw_request,
+    send_session_raw_request,
+    session_closed,
+)
 from toolscore._version import __version__
 from toolscore.config import ServerConfig
 from toolscore.downstream.breaker import Breaker, BreakerState
 from toolscore.downstream.catalog import ServerLists
 from toolscore.downstream.modern import ModernLink, RelayedError, RelayedInputRequired, front_call
-from toolscore.downstream.raw import RawChannel, RawResult
+from toolscore.downstream.raw import ConnectionLost, RawChannel, RawResult
 from toolscore.downstream.relay import Peer, calling_peer, no_peer_error
 from toolscore.downstream.transports import Transport
 from toolscore.errors import DownstreamProtocolError, DownstreamUnavailable
@@ -97,6 +104,22 @@ class _LenientToolsPage(BaseModel):
 
     tools: list[dict[str, Any]] = Field(default_factory=list)
     next_cursor: str | None = Field(default=None, alias="nextCursor")
+
+
+def _connection_lost(exc: MCPError, client: Client | None, lost: anyio.Event | None) -> bool:
+    """Whether `exc` says the connection ended rather than that the server answered with an error.
+
+    The SDK reports a closed connection as -32000 (CONNECTION_CLOSED), a code servers also send as
+    their own "server error": taking those for a lost connection would restart a server, and fail
+    every sibling call in flight, whenever a tool answered -32000. So the code alone never decides:
+    the gateway's raw channel says so with its own exception, and the SDK's session is asked
+    whether its transport ended (or the watched read stream saw the end).
+    """
+    if isinstance(exc, ConnectionLost):
+        return True
+    if exc.code != mcp_types.CONNECTION_CLOSED:
+        return False
+    return (lost is not None and lost.is_set()) or (client is not None and session_closed(client.session))
 
 
 class _WatchedReadStream:
@@ -259,10 +282,11 @@ class Downstream:
         peer = calling_peer.get()
         if peer is not None:
             self._peers.append(peer)
+        lost = self._lost
         try:
             yield client.session
         except MCPError as exc:
-            if exc.code != mcp_types.CONNECTION_CLOSED:
+            if not _connection_lost(exc, client, lost):
                 raise
             raise self._closed_during(what, closed_note) from None
         except (httpx2.TransportError, *_LOST_ERRORS) as exc:
@@ -356,7 +380,7 @@ class Downstream:
                     progress=progress,
                 )
             except MCPError as exc:
-                if exc.code != mcp_types.CONNECTION_CLOSED:
+                if not _connection_lost(exc, client, None):
                     raise RelayedError.answered(self.name, what, exc.error) from None
                 link.lost(client)
             except (httpx2.TransportError, *_LOST_ERRORS):
@@ -418,7 +442,7 @@ class Downstream:
         what = f"the call to '{tool}'"
         if isinstance(outcome, ValidationError):
             return self._malformed(what)
-        if outcome.code == mcp_types.CONNECTION_CLOSED:
+        if isinstance(outcome, ConnectionLost):
             return self._closed_during(what, _CALL_CLOSED_NOTE)
         return self._answered(tool, outcome)
 
@@ -460,7 +484,7 @@ class Downstream:
             try:
                 yield session
             except MCPError as exc:
-                if exc.code == mcp_types.CONNECTION_CLOSED:
+                if _connection_lost(exc, self._client, self._lost):
                     raise  # `_exchange` says the server is being restarted
                 raise self._answered(tool, exc) from None
 
@@ -535,7 +559,7 @@ class Downstream:
                 # the gateway's stderr that 2026-07-28 removed the method.
                 await client.session.send_ping()
             except MCPError as exc:  # an error answer is an answer, unless the connection closed
-                if exc.code == mcp_types.CONNECTION_CLOSED:
+                if _connection_lost(exc, client, self._lost):
                     self._lost.set()
             except (*_LOST_ERRORS, httpx2.TransportError):
                 self._lost.set()

@@ -42,7 +42,7 @@ from toolscore._lines import LineWriter
 if TYPE_CHECKING:  # `toolscore.types` names `RawResult` in its own protocols
     from toolscore.types import Arguments, ProgressFn
 
-__all__ = ["Answer", "RawChannel", "RawResult", "Sent"]
+__all__ = ["Answer", "ConnectionLost", "RawChannel", "RawResult", "Sent"]
 
 _CANCEL_WRITE_SECONDS = 1.0
 _SERVER_INFO = mcp_types.SERVER_INFO_META_KEY.encode()
@@ -223,8 +223,13 @@ class Sent:
     when the connection ended or the answer could not be read."""
 
 
-def _lost(server: str) -> MCPError:
-    return MCPError(code=mcp_types.CONNECTION_CLOSED, message=f"connection to '{server}' closed")
+class ConnectionLost(MCPError):
+    """The connection ended before the answer came: not an error the server sent (which may carry
+    the same code, -32000)."""
+
+
+def _lost(server: str) -> ConnectionLost:
+    return ConnectionLost(code=mcp_types.CONNECTION_CLOSED, message=f"connection to '{server}' closed")
 
 
 class RawChannel:
