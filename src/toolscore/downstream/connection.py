@@ -49,7 +49,7 @@ from toolscore.downstream.breaker import Breaker, BreakerState
 from toolscore.downstream.catalog import ServerLists
 from toolscore.downstream.modern import ModernLink, RelayedError, RelayedInputRequired, front_call
 from toolscore.downstream.raw import ConnectionLost, RawChannel, RawResult
-from toolscore.downstream.relay import Peer, calling_peer, no_peer_error
+from toolscore.downstream.relay import Peer, attribute, calling_peer, no_peer_error, unattributable_error
 from toolscore.downstream.transports import Transport
 from toolscore.errors import DownstreamProtocolError, DownstreamUnavailable
 from toolscore.telemetry import tracing
@@ -755,31 +755,43 @@ class Downstream:
 
     # -- what the server asks of the client, and its logs ----------------------------------------
 
-    def _peer(self) -> Peer | None:
-        return self._peers[-1] if self._peers else None
+    def _peer(self, what: str) -> Peer | mcp_types.ErrorData:
+        """The client a request of this server's goes to, or the error it is answered with."""
+        peer = attribute(self._peers)
+        if peer is not None:
+            return peer
+        return unattributable_error(self.name, what) if self._peers else no_peer_error(self.name, what)
 
     async def _on_sampling(
         self, context: Any, params: mcp_types.CreateMessageRequestParams
     ) -> mcp_types.CreateMessageResult | mcp_types.CreateMessageResultWithTools | mcp_types.ErrorData:
-        peer = self._peer()
-        return no_peer_error(self.name, "a sampling request") if peer is None else await peer.sample(self.name, params)
+        peer = self._peer("a sampling request")
+        return peer if isinstance(peer, mcp_types.ErrorData) else await peer.sample(self.name, params)
 
     async def _on_elicitation(
         self, context: Any, params: mcp_types.ElicitRequestParams
     ) -> mcp_types.ElicitResult | mcp_types.ErrorData:
-        peer = self._peer()
-        return no_peer_error(self.name, "an elicitation") if peer is None else await peer.elicit(self.name, params)
+        peer = self._peer("an elicitation")
+        return peer if isinstance(peer, mcp_types.ErrorData) else await peer.elicit(self.name, params)
 
     async def _on_list_roots(self, context: Any) -> mcp_types.ListRootsResult | mcp_types.ErrorData:
         # Last, the peer of the request this connection was opened in: a per-client instance is
         # started by its client's first call, and a server may ask for roots as it starts.
-        peer, self._roots_peer = self._roots_peer or self._peer() or calling_peer.get(), None
-        return no_peer_error(self.name, "a roots request") if peer is None else await peer.list_roots(self.name)
+        peer: Peer | mcp_types.ErrorData | None
+        peer, self._roots_peer = self._roots_peer, None
+        if peer is None:
+            peer = self._peer("a roots request")
+            if isinstance(peer, mcp_types.ErrorData) and not self._peers:
+                peer = calling_peer.get() or peer
+        return peer if isinstance(peer, mcp_types.ErrorData) else await peer.list_roots(self.name)
 
     async def _on_log(self, params: mcp_types.LoggingMessageNotificationParams) -> None:
-        peer = self._peer()
-        if peer is None:  # no client request to tie it to: the gateway's own log keeps it
-            log.info("server log", server=self.label, level=params.level, logger=params.logger, data=params.data)
+        peer = attribute(self._peers)
+        if peer is None:  # no client request to tie it to (or several): the gateway's own log keeps it
+            why = "calls of several clients in flight" if self._peers else "no client call in flight"
+            log.info(
+                "server log", server=self.label, level=params.level, logger=params.logger, data=params.data, kept=why
+            )
             return
         await peer.log(self.name, params)
 

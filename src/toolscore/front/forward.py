@@ -15,6 +15,7 @@ answered by that client, even outside its requests.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -110,6 +111,11 @@ class FrontPeer(Peer):
         self._ctx: ServerRequestContext[Any] | None = ctx
         self._levels = levels
         self._sampling = sampling
+        connection = connection_of(ctx.session)
+        # One client: the channel that outlives its requests (stdio in either era, a handshake
+        # session); a stateless 2026-07-28 HTTP request is a client of its own. Held weakly, as
+        # the request context is (`detach`).
+        self.client: object = weakref.ref(connection.outbound if connection.has_standalone_channel else connection)
 
     def detach(self) -> None:
         """The front request ended: later downstream requests get an error, and the client is not kept alive.

@@ -1,0 +1,129 @@
+"""A server's requests back to its client go to the client whose call caused them, or to nobody.
+
+Two front clients share one stdio server (`tests/fixtures/backchannel_server.py`): its `ask` tool
+asks its client something back (sampling, elicitation, roots) or logs, with the caller's own text.
+Nothing on a stdio wire says which call a server's request belongs to, so with calls of two
+clients in flight the request is refused, naming why, and a log stays in the gateway's log:
+before, each went to the newest caller, so client B's model read client A's text, B approved an
+elicitation meant for A, and B's answer became A's result. One client with several calls in flight
+still gets its requests.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import anyio
+import mcp_types
+import pytest
+from mcp import Client
+
+from tests.conftest import FIXTURES, make_config, running_gateway, text
+from toolscore._gateway import Gateway
+
+pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
+
+SERVER = str(FIXTURES / "backchannel_server.py")
+KINDS = ["sampling", "elicitation", "roots", "log"]
+
+
+class FrontClient:
+    """One client of the gateway, recording everything the servers asked it or told it."""
+
+    def __init__(self, gw: Gateway, name: str) -> None:
+        self.name = name
+        self.seen: dict[str, list[str]] = defaultdict(list)
+        self.client = Client(
+            gw.server,
+            mode="legacy",
+            sampling_callback=self._sample,
+            elicitation_callback=self._elicit,
+            list_roots_callback=self._roots,
+            logging_callback=self._log,
+        )
+
+    async def _sample(
+        self, context: Any, params: mcp_types.CreateMessageRequestParams
+    ) -> mcp_types.CreateMessageResult:
+        content = params.messages[0].content
+        self.seen["sampling"].append(content.text if isinstance(content, mcp_types.TextContent) else "?")
+        reply = mcp_types.TextContent(text=f"sampled by {self.name}")
+        return mcp_types.CreateMessageResult(role="assistant", content=reply, model="m")
+
+    async def _elicit(self, context: Any, params: mcp_types.ElicitRequestParams) -> mcp_types.ElicitResult:
+        self.seen["elicitation"].append(params.message)
+        return mcp_types.ElicitResult(action="accept", content={"ok": self.name == "A"})
+
+    async def _roots(self, context: Any) -> mcp_types.ListRootsResult:
+        self.seen["roots"].append("asked")
+        return mcp_types.ListRootsResult(roots=[mcp_types.Root(uri=f"file:///{self.name}")])  # type: ignore[arg-type]
+
+    async def _log(self, params: mcp_types.LoggingMessageNotificationParams) -> None:
+        self.seen["log"].append(str(params.data))
+
+    def saw_text_of(self, other: str) -> bool:
+        return any(f"{other}-secret" in item for items in self.seen.values() for item in items)
+
+
+def _config(tmp_path: Path) -> Any:
+    return make_config({"bc": {"command": sys.executable, "args": [SERVER], "timeout": 60}})
+
+
+@pytest.mark.parametrize("what", KINDS)
+async def test_calls_of_two_clients_in_flight_never_cross(tmp_path: Path, what: str) -> None:
+    async with running_gateway(_config(tmp_path), tmp_path) as (gw, _):
+        a, b = FrontClient(gw, "A"), FrontClient(gw, "B")
+        results: dict[str, mcp_types.CallToolResult] = {}
+        async with a.client as client_a, b.client as client_b:
+
+            async def ask(name: str, client: Client) -> None:
+                results[name] = await client.call_tool("bc__ask", {"what": what, "text": f"{name}-secret"})
+
+            with anyio.fail_after(60):  # a hang detector
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(ask, "A", client_a)
+                    tg.start_soon(ask, "B", client_b)
+                    await client_a.call_tool("bc__release", {"count": 2})
+        assert not a.saw_text_of("B") and not b.saw_text_of("A")
+        for name in ("A", "B"):
+            result = results[name]
+            if what == "log":
+                assert text(result) == "logged"
+                continue
+            # Neither answer is the other client's: each request was refused, saying why.
+            assert result.is_error, (name, text(result))
+            assert "several clients" in text(result) and 'isolation: "session"' in text(result)
+        if what != "log":
+            assert not a.seen[what] and not b.seen[what]
+
+
+@pytest.mark.parametrize("what", KINDS)
+async def test_one_clients_calls_in_flight_get_its_own_answers(tmp_path: Path, what: str) -> None:
+    async with running_gateway(_config(tmp_path), tmp_path) as (gw, _):
+        a = FrontClient(gw, "A")
+        results: list[mcp_types.CallToolResult] = []
+        async with a.client as client:
+            await client.set_logging_level("info")
+
+            async def ask(n: int) -> None:
+                results.append(await client.call_tool("bc__ask", {"what": what, "text": f"A-secret {n}"}))
+
+            with anyio.fail_after(60):
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(ask, 1)
+                    tg.start_soon(ask, 2)
+                    await client.call_tool("bc__release", {"count": 2})
+        assert len(results) == 2 and not any(result.is_error for result in results), [text(r) for r in results]
+        expected = {
+            "sampling": "sampled by A",
+            "elicitation": "accept {'ok': True}",
+            "roots": "file:///A",
+            "log": "logged",
+        }[what]
+        assert {text(result) for result in results} == {expected}
+        if what == "log":
+            await anyio.wait_all_tasks_blocked()
+        assert len(a.seen[what]) == 2
