@@ -306,6 +306,7 @@ class ToolExecutionEngine:
         wrap_hooks: Sequence[WrapHook] = (),
         post_hooks: Sequence[PostExecutionHook] = (),
         call_raw: CallDownstreamRaw | None = None,
+        redact: Callable[[str], str] | None = None,
     ) -> None:
         """Args:
         tools: What the engine knows of the downstream servers (the registry, who is up).
@@ -316,6 +317,8 @@ class ToolExecutionEngine:
         pre_hooks: Constraint hooks (phase 2), in order.
         wrap_hooks: Hooks around the downstream call (phase 3), the first outermost.
         post_hooks: Hooks over the result (phase 4), in order.
+        redact: Applied to the gateway's own error texts before a client sees them (they may quote
+            a server's stderr); results are redacted by the post hooks.
         """
         self._tools = tools
         self._call = call
@@ -328,6 +331,7 @@ class ToolExecutionEngine:
         for wrap in reversed(tuple(wrap_hooks)):  # built once: the first wrap is the outermost
             self._execute_chain = functools.partial(wrap, call_next=self._execute_chain)
         self._call_raw = call_raw
+        self._redact = redact
         # Bytes can pass only hooks that never look at a result.
         self.keeps_raw_results = (
             call_raw is not None
@@ -412,7 +416,7 @@ class ToolExecutionEngine:
             ctx.phase = ExecutionPhase.ERROR_HANDLING
             if ctx.trace is not None:
                 ctx.trace(ctx.phase.value)
-            ctx.result = error_result(str(exc))
+            ctx.result = self._error_result(exc)
         except anyio.get_cancelled_exc_class():
             ctx.cancelled = True
             self._finish(ctx)
@@ -465,7 +469,7 @@ class ToolExecutionEngine:
         if isinstance(outcome, ToolscoreError):
             ctx.error = outcome
             ctx.phase = ExecutionPhase.ERROR_HANDLING
-            ctx.result = error_result(str(outcome))
+            ctx.result = self._error_result(outcome)
         else:
             if isinstance(outcome, RawResult):
                 ctx.raw = outcome
@@ -475,6 +479,11 @@ class ToolExecutionEngine:
             ctx.result = outcome
         self._finish(ctx)
         return CallOutcome(ctx.result, ctx)
+
+    def _error_result(self, exc: ToolscoreError) -> mcp_types.CallToolResult:
+        """The client's answer for a call that failed in the gateway: the error's text, redacted."""
+        message = str(exc)
+        return error_result(message if self._redact is None else self._redact(message))
 
     def sent_timed_out(self, ctx: ExecutionContext) -> CallTimeout:
         """The error of a call begun with `begin_sent` that ran past `ctx.timeout` (for `end_sent`),
@@ -569,6 +578,15 @@ class ToolExecutionEngine:
         registry = self._tools.registry
         route = ctx.route or registry.get(ctx.tool)
         if route is None:
+            server = registry.server_named_by(ctx.tool)
+            if server is not None and server not in registry.servers and server not in registry.down:
+                # A server that never listed its tools (a wrong command, a crash at start): say
+                # so, and why, rather than "unknown tool", which reads as a typo.
+                why = self._tools.unavailable_reason(server) or "it has not listed its tools"
+                raise DownstreamUnavailable(
+                    f"Server '{server}' is not available ({why}); tool '{ctx.tool}' was not called.",
+                    server=server,
+                )
             known = ", ".join(registry.servers) or "none connected"
             raise ToolNotFound(
                 f"Unknown tool '{ctx.tool}'. Servers: {known}. Tools are named '<server>"

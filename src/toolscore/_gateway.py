@@ -177,6 +177,7 @@ async def open_gateway(
                 pre_hooks=(*policy.pre, *pre_hooks) if config.constraints.enabled else (),
                 wrap_hooks=(*policy.wrap, *wrap_hooks),
                 post_hooks=(*post_hooks, *policy.post),
+                redact=policy.redactor.text if policy.redactor is not None else None,
             )
             orchestrator = Orchestrator(
                 tools=hub,

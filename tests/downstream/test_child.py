@@ -84,6 +84,44 @@ async def test_a_server_that_exits_at_once_says_why_in_the_unavailable_message(t
         assert "boom" in reason
 
 
+async def test_a_server_killed_by_a_signal_is_reported_as_such_with_its_own_stderr_and_no_secret(
+    tmp_path: Path,
+) -> None:
+    """The reaper once died re-raising SIGKILL (a handler cannot be set for it): the report read
+    "exit status 1; stderr: … OSError: [Errno 22]". And stderr is quoted to clients: redacted."""
+    script = "import os, sys; sys.stderr.write('OPENAI_API_KEY=sk-proj-abcdefghijklmnopqrstuvwx12 dying\\n'); "
+    script += "sys.stderr.flush(); os.kill(os.getpid(), 9)"
+    entry = {"command": sys.executable, "args": ["-c", script]}
+    async with running_gateway(make_config({"k": entry}), tmp_path) as (gw, _), Client(gw.server, mode="legacy") as c:
+        result = await c.call_tool("k__anything", {})
+    message = text(result)
+    assert result.is_error and "Server 'k' is not available" in message, message
+    assert "killed by SIGKILL" in message and "dying" in message, message
+    assert "OSError" not in message and "Errno" not in message, message
+    assert "sk-proj-abcdef" not in message and "[REDACTED]" in message, message
+
+
+async def test_an_error_text_quoting_stderr_is_redacted_with_the_configured_patterns(tmp_path: Path) -> None:
+    script = "import sys; sys.stderr.write('connecting with db-pass-4242\\n'); sys.exit(2)"
+    entry = {"command": sys.executable, "args": ["-c", script]}
+    results = {"redact": True, "redact_patterns": ["db-pass-[0-9]+"]}
+    cfg = make_config({"k": entry}, constraints={"enabled": True, "results": results})
+    async with running_gateway(cfg, tmp_path) as (gw, _), Client(gw.server, mode="legacy") as c:
+        result = await c.call_tool("k__anything", {})
+    assert result.is_error and "exit status 2" in text(result), text(result)
+    assert "db-pass-4242" not in text(result) and "connecting with [REDACTED]" in text(result)
+
+
+async def test_a_server_that_never_came_up_is_named_not_taken_for_a_typo(tmp_path: Path) -> None:
+    cfg = make_config({"gone": {"command": str(tmp_path / "no-such-binary")}, "fx": fixture_entry(tmp_path)})
+    async with running_gateway(cfg, tmp_path) as (gw, _), Client(gw.server, mode="legacy") as client:
+        down = await client.call_tool("gone__x", {})
+        typo = await client.call_tool("nosuch__x", {})
+    assert down.is_error and "Server 'gone' is not available" in text(down), text(down)
+    assert "command not found" in text(down) and "Unknown tool" not in text(down)
+    assert typo.is_error and "Unknown tool 'nosuch__x'" in text(typo)
+
+
 @pytest.mark.parametrize(("reset", "delays"), [(None, [0.5, 1.0, 2.0]), (0.2, [0.5, 0.5, 0.5])])
 async def test_the_restart_delay_starts_over_after_backoff_reset_seconds_up(
     tmp_path: Path, reset: float | None, delays: list[float]

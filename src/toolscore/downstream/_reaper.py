@@ -108,9 +108,10 @@ def _exit_as(code: int) -> None:
     sys.stdout.flush()
     if os.WIFSIGNALED(code):
         signum = os.WTERMSIG(code)
-        signal.signal(signum, signal.SIG_DFL)
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, [signum])
-        os.kill(os.getpid(), signum)
+        if signum not in (signal.SIGKILL, signal.SIGSTOP):  # those cannot be handled (EINVAL), nor blocked
+            signal.signal(signum, signal.SIG_DFL)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, [signum])
+        os.kill(os.getpid(), signum)  # the gateway sees the server's own end: "killed by SIGKILL"
     os._exit(os.waitstatus_to_exitcode(code) if os.WIFEXITED(code) else 1)
 
 

@@ -87,7 +87,7 @@ class DownstreamHub:
         self, config: Config, *, log_dir: Path | None, memory_servers: Mapping[str, Server[Any]] | None = None
     ) -> None:
         self.config = config
-        self.registry: Registry = Registry()
+        self.registry: Registry = build_registry({}, config)  # no tools yet, but every prefix
         self.catalog: Catalog = Catalog()
         self._catalog_listeners: list[CatalogListener] = []
         self._update_listeners: list[UpdateListener] = []

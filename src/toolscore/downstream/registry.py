@@ -76,6 +76,14 @@ class Registry:
     """(server, downstream tool name) -> route, for plans that name tools the way servers do."""
     down: frozenset[str] = frozenset()
     """Servers that are down but were up once: their last known tools are routed, not listed."""
+    prefixes: Mapping[str, str] = field(default_factory=dict)
+    """Each configured server's tool-name prefix (with the separator) -> the server, whether or not
+    it ever came up: a call to a server that never listed its tools names that server."""
+
+    def server_named_by(self, tool: str) -> str | None:
+        """The configured server whose prefix `tool` starts with, if any (the longest such prefix)."""
+        found = [(len(prefix), server) for prefix, server in self.prefixes.items() if tool.startswith(prefix)]
+        return max(found)[1] if found else None
 
     def get(self, name: str) -> Route | None:
         """The route for a public tool name, if any (a down server's tools included)."""
@@ -199,4 +207,16 @@ def build_registry(
                 check=compile_check(tool.input_schema),
             )
     by_remote = {(r.server, r.remote_name): r for r in routes.values()}
-    return Registry(routes=routes, problems=tuple(problems), servers=tuple(up), by_remote=by_remote, down=resting)
+    prefixes = {
+        f"{name if cfg.prefix is None else cfg.prefix}{separator}": name
+        for name, cfg in config.servers.items()
+        if cfg.prefix != ""
+    }
+    return Registry(
+        routes=routes,
+        problems=tuple(problems),
+        servers=tuple(up),
+        by_remote=by_remote,
+        down=resting,
+        prefixes=prefixes,
+    )

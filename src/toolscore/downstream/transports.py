@@ -18,17 +18,21 @@ from typing import IO, Any, Protocol
 
 import anyio
 import httpx2
+import structlog
 from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.server import Server
 from mcp.shared.memory import create_client_server_memory_streams
 from mcp.shared.message import SessionMessage
 
+from toolscore._redact import redact_text
 from toolscore._sdk import ReadStream, WriteStream
 from toolscore.config import ServerConfig
 from toolscore.downstream.child import ChildProcess, spawn_stdio
 from toolscore.downstream.raw import RawChannel
 from toolscore.downstream.spawn import open_errlog, take_errlog
+
+log = structlog.get_logger("toolscore.downstream")
 
 __all__ = [
     "HttpTransport",
@@ -295,4 +299,9 @@ def _stderr_tail(errlog: IO[str] | None, start: int) -> list[str]:
     if offset > start and lines:
         lines = lines[1:]  # cut mid-line
     kept = ["".join(c if c.isprintable() else "?" for c in line.strip())[:_TAIL_LINE_CHARS] for line in lines]
-    return [line for line in kept if line][-_TAIL_LINES:]
+    tail = [line for line in kept if line][-_TAIL_LINES:]
+    # Quoted to clients, the console and the gateway's log: a server that prints its environment
+    # or a connection string must not hand its keys to them. The raw lines stay in the server's
+    # own log file, and in the gateway's log at debug level.
+    log.debug("server stderr tail", lines=tail)
+    return [redact_text(line) for line in tail]
