@@ -9,7 +9,11 @@ import mcp_types
 from toolscore.downstream.raw import RawResult
 from toolscore.downstream.registry import Registry
 
-__all__ = ["Arguments", "CallDownstream", "CallDownstreamRaw", "ProgressFn", "ToolSource"]
+__all__ = ["ANONYMOUS_CALLER", "Arguments", "CallDownstream", "CallDownstreamRaw", "ProgressFn", "ToolSource"]
+
+ANONYMOUS_CALLER = "principal:anonymous"
+"""The caller of a stateless (2026-07-28) HTTP request on a front without tokens: every such client
+is this one caller, so nothing per-client (an `isolation: "session"` instance) can be theirs."""
 
 Arguments = dict[str, Any]
 """A tool call's arguments: always a JSON object."""

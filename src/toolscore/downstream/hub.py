@@ -31,8 +31,8 @@ from toolscore.downstream.registry import Registry, build_registry
 from toolscore.downstream.relay import Peer
 from toolscore.downstream.tasks import call_tool, runs_as_task
 from toolscore.downstream.transports import MemoryTransport, Transport, transport_for
-from toolscore.errors import DownstreamUnavailable, UsageError
-from toolscore.types import Arguments, ProgressFn
+from toolscore.errors import DownstreamUnavailable, Rejected, UsageError
+from toolscore.types import ANONYMOUS_CALLER, Arguments, ProgressFn
 
 __all__ = ["DownstreamHub", "open_hub"]
 
@@ -267,6 +267,15 @@ class DownstreamHub:
         if downstream.config.isolation != "session":
             yield downstream
             return
+        if caller == ANONYMOUS_CALLER:
+            # Stateless requests with no token are all one caller: one instance would be shared
+            # by every such client, which is what isolation exists to prevent.
+            raise Rejected(
+                f"server '{server}' runs one instance per client (isolation: \"session\"), and this "
+                "2026-07-28 request does not say which client it is: give the gateway a token file with "
+                "one 'NAME TOKEN' line per client (--token-file), or connect in the handshake era",
+                hook="isolation",
+            )
         instance = await self._instance(downstream.config, caller or "anonymous")
         instance.calls += 1
         try:

@@ -21,6 +21,7 @@ import structlog
 from mcp.server import ServerRequestContext
 
 from toolscore._sdk import connection_of
+from toolscore.types import ANONYMOUS_CALLER
 
 __all__ = ["PRINCIPAL_SCOPE_KEY", "Callers"]
 
@@ -62,7 +63,7 @@ class Callers:
         request = ctx.request
         scope = getattr(request, "scope", None)
         principal = scope.get(PRINCIPAL_SCOPE_KEY) if isinstance(scope, dict) else None
-        return f"principal:{principal or 'anonymous'}"
+        return f"principal:{principal}" if principal else ANONYMOUS_CALLER
 
     def _gone(self, caller: str) -> None:
         # A finalizer may run in any thread, in the middle of anything: only note it here.

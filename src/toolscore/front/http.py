@@ -10,6 +10,7 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import os
+import re
 import ssl
 import stat
 from collections.abc import Mapping, Sequence
@@ -27,23 +28,48 @@ from toolscore.errors import ConfigError
 from toolscore.front.callers import PRINCIPAL_SCOPE_KEY
 from toolscore.front.http_input import check_body
 
-__all__ = ["TOKEN_ENV", "BearerToken", "HttpExposure", "HttpGuard", "is_loopback", "resolve_exposure"]
+__all__ = [
+    "SINGLE_PRINCIPAL",
+    "TOKEN_ENV",
+    "BearerToken",
+    "HttpExposure",
+    "HttpGuard",
+    "is_loopback",
+    "parse_token_file",
+    "resolve_exposure",
+]
 
 MIN_TOKEN_CHARS = 16
 _LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
 _FLAGS = {"allowed_hosts": "--allow-host", "allowed_origins": "--allow-origin"}
 
 
+SINGLE_PRINCIPAL = "bearer"
+"""The principal of a token file holding one bare token (and of `TOOLSCORE_TOKEN`)."""
+_PRINCIPAL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}")
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class BearerToken:
-    """The secret clients send as `Authorization: Bearer <token>`; its repr names only where it came from."""
+    """The secrets clients send as `Authorization: Bearer <token>`, one per principal; its repr
+    names only where they came from."""
 
-    value: bytes = field(repr=False)
+    entries: tuple[tuple[str, bytes], ...] = field(repr=False)
+    """(principal, token) pairs."""
     source: str
 
+    def principal(self, presented: bytes) -> str | None:
+        """The principal whose token `presented` is, or None; in time independent of which one
+        matched or where the others differ (every entry is compared)."""
+        found = None
+        for name, value in self.entries:
+            if hmac.compare_digest(value, presented):
+                found = name
+        return found
+
     def matches(self, presented: bytes) -> bool:
-        """Whether `presented` is the token, in time independent of where they differ."""
-        return hmac.compare_digest(self.value, presented)
+        """Whether `presented` is one of the tokens."""
+        return self.principal(presented) is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,10 +195,41 @@ def _read_token_file(raw: str) -> BearerToken:
         raise ConfigError(f"cannot read the token file {path} ({exc.strerror})") from None
     except UnicodeDecodeError:
         raise ConfigError(f"the token file {path} is not text") from None
-    return _checked_token(text, str(path))
+    return parse_token_file(text, str(path))
+
+
+def parse_token_file(text: str, source: str) -> BearerToken:
+    """A token file: one bare token (one principal, `bearer`), or lines `NAME TOKEN`, one principal
+    each; blank lines and `#` comments are skipped. Messages name the file and line, never a token."""
+    lines = [(n, line.strip()) for n, line in enumerate(text.splitlines(), 1)]
+    lines = [(n, line) for n, line in lines if line and not line.startswith("#")]
+    if not lines:
+        raise ConfigError(f"the token file {source} holds no token")
+    if len(lines) == 1 and len(lines[0][1].split()) == 1:
+        return BearerToken(((SINGLE_PRINCIPAL, _checked_value(lines[0][1], source)),), source)
+    entries: list[tuple[str, bytes]] = []
+    for n, line in lines:
+        parts = line.split()
+        where = f"{source} line {n}"
+        if len(parts) != 2:
+            raise ConfigError(f"{where}: expected 'NAME TOKEN' (a principal's name, a space, its token)")
+        name, value = parts
+        if _PRINCIPAL_NAME.fullmatch(name) is None:
+            raise ConfigError(f"{where}: a name is 1-64 of A-Z a-z 0-9 _ . @ - and starts with a letter or digit")
+        token = _checked_value(value, where)
+        if any(name == other for other, _ in entries):
+            raise ConfigError(f"{where}: the name '{name}' is given twice")
+        if any(hmac.compare_digest(token, other) for _, other in entries):
+            raise ConfigError(f"{where}: this token is already another name's: each principal needs its own")
+        entries.append((name, token))
+    return BearerToken(tuple(entries), source)
 
 
 def _checked_token(text: str, source: str) -> BearerToken:
+    return BearerToken(((SINGLE_PRINCIPAL, _checked_value(text, source)),), source)
+
+
+def _checked_value(text: str, source: str) -> bytes:
     # Messages name the source, never the value.
     value = text.strip()
     if not value.isascii() or not value.isprintable() or " " in value:
@@ -182,7 +239,7 @@ def _checked_token(text: str, source: str) -> BearerToken:
             f"the token in {source} is shorter than {MIN_TOKEN_CHARS} characters: make one with "
             "python -c 'import secrets; print(secrets.token_urlsafe(32))'"
         )
-    return BearerToken(value.encode("ascii"), source)
+    return value.encode("ascii")
 
 
 def _checked_tls(cert: str | None, key: str | None) -> tuple[str | None, str | None]:
@@ -238,28 +295,26 @@ class HttpGuard:
         if refused is None and scope["path"].startswith("/.well-known/"):
             # OAuth discovery probes (mcp-remote sends them): a clean "no OAuth here".
             refused = JSONResponse({"error": "not_found"}, status_code=404)
-        if (
-            refused is None
-            and self._token is not None
-            and scope["path"] not in self._public
-            and not self._authorized(request, self._token)
-        ):
-            refused = _unauthorized()
+        principal = None
+        if refused is None and self._token is not None and scope["path"] not in self._public:
+            principal = self._principal(request, self._token)
+            if principal is None:
+                refused = _unauthorized()
         if refused is not None:
             await refused(scope, receive, send)
             return
-        if self._token is not None:
+        if principal is not None:
             # Who holds the token: per-client state of stateless (2026-07-28) requests is keyed by it.
-            scope[PRINCIPAL_SCOPE_KEY] = "bearer"
+            scope[PRINCIPAL_SCOPE_KEY] = principal
         if not scope["path"].startswith("/mcp"):  # the gateway's own pages (/metrics, /ui) read their own bodies
             await self._app(scope, receive, send)
             return
         await check_body(self._app, scope, receive, send)  # JSON-RPC errors the SDK would not send
 
     @staticmethod
-    def _authorized(request: Request, token: BearerToken) -> bool:
+    def _principal(request: Request, token: BearerToken) -> str | None:
         scheme, _, presented = request.headers.get("authorization", "").partition(" ")
-        return scheme.lower() == "bearer" and token.matches(presented.strip().encode("latin-1"))
+        return token.principal(presented.strip().encode("latin-1")) if scheme.lower() == "bearer" else None
 
 
 def _unauthorized() -> Response:

@@ -173,7 +173,7 @@ class AgentLoop:
         state = resume
         if state is None:
             state = LoopState(
-                Episode(secrets.token_hex(8)), Budget(self._limits), [Message("user", task_message(task))]
+                Episode(secrets.token_hex(16)), Budget(self._limits), [Message("user", task_message(task))]
             )
             self._log.write(
                 {

@@ -112,7 +112,7 @@ class EpisodeStore:
         """A fresh episode of the caller's (or `episode`, restored from the durable store)."""
         from toolscore.plan.run import Episode
 
-        episode = episode or Episode(secrets.token_hex(8))
+        episode = episode or Episode(secrets.token_hex(16))
         episodes = self._by_caller.setdefault(caller, OrderedDict())
         self._by_caller.move_to_end(caller)
         episodes[episode.id] = episode

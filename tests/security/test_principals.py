@@ -1,0 +1,153 @@
+"""Principals: one token per client in the token file, and per-client state keyed by who calls.
+
+A handshake-era client is one caller per session; a 2026-07-28 request stands alone, so its caller
+is the principal whose token it carries. Before, every 2026-07-28 request was one caller
+(`principal:bearer`, or `anonymous`): two such clients shared an `isolation: "session"` instance,
+so one read the other's state.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import subprocess
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import httpx2
+import mcp_types
+import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+
+from tests.conftest import TOOLSCORE, fixture_entry, free_port, text
+from toolscore.errors import ConfigError
+from toolscore.front.http import SINGLE_PRINCIPAL, parse_token_file
+
+ALICE, BOB = secrets.token_urlsafe(24), secrets.token_urlsafe(24)
+
+
+# --- the token file (no process) -----------------------------------------------------------------
+
+
+def test_a_token_file_names_one_principal_per_line_and_a_bare_token_is_one_principal() -> None:
+    tokens = parse_token_file(f"# the team\nalice {ALICE}\n\nbob   {BOB}\n", "tokens")
+    assert tokens.principal(ALICE.encode()) == "alice" and tokens.principal(BOB.encode()) == "bob"
+    assert tokens.principal(b"x" * 32) is None and ALICE not in repr(tokens)
+    single = parse_token_file(f"  {ALICE}\n", "token")
+    assert single.principal(ALICE.encode()) == SINGLE_PRINCIPAL
+
+
+@pytest.mark.parametrize(
+    ("content", "says"),
+    [
+        ("", "holds no token"),
+        ("# only a comment\n", "holds no token"),
+        (f"alice {ALICE}\nalice {BOB}\n", "line 2: the name 'alice' is given twice"),
+        (f"alice {ALICE}\nbob {ALICE}\n", "line 2: this token is already another name's"),
+        (f"alice {ALICE}\nbob\n", "line 2: expected 'NAME TOKEN'"),
+        (f"alice {ALICE} extra\n", "line 1: expected 'NAME TOKEN'"),
+        (f"al/ice {ALICE}\n", "line 1: a name is 1-64 of"),
+        ("alice short\n", "line 1 is shorter than 16 characters"),
+    ],
+)
+def test_a_malformed_token_file_names_the_file_and_line_never_a_token(content: str, says: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_token_file(content, "tokens.txt")
+    assert "tokens.txt" in str(caught.value) and says in str(caught.value), str(caught.value)
+    assert ALICE not in str(caught.value) and BOB not in str(caught.value)
+
+
+# --- two principals on one gateway (a process) ---------------------------------------------------
+
+
+def _start(tmp_path: Path, *flags: str) -> tuple[subprocess.Popen[bytes], str]:
+    entry = fixture_entry(tmp_path, isolation="session")
+    section = {"audit": {"path": ""}, "log_dir": str(tmp_path / "logs"), "startup_grace_seconds": None}
+    config = tmp_path / "servers.json"
+    config.write_text(json.dumps({"mcpServers": {"fx": entry}, "toolscore": section}))
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k != "TOOLSCORE_TOKEN"}
+    argv = [TOOLSCORE, "serve", "--transport", "http", "--config", str(config), "--port", str(port), *flags]
+    proc = subprocess.Popen(argv, stderr=subprocess.DEVNULL, env=env)
+    deadline = time.monotonic() + 60
+    while True:
+        assert proc.poll() is None, "the gateway exited"
+        try:
+            httpx2.get(f"http://127.0.0.1:{port}/", timeout=1)
+            return proc, f"http://127.0.0.1:{port}/mcp"
+        except httpx2.TransportError:
+            assert time.monotonic() < deadline, "the gateway did not start listening"
+            time.sleep(0.1)
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    assert proc.wait(timeout=15) == 0
+
+
+@pytest.fixture(scope="module")
+def team(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A gateway with a token per principal (alice, bob) in front of an `isolation: "session"` server."""
+    tmp_path = tmp_path_factory.mktemp("team")
+    tokens = tmp_path / "tokens"
+    tokens.write_text(f"alice {ALICE}\nbob {BOB}\n")
+    tokens.chmod(0o600)
+    proc, url = _start(tmp_path, "--token-file", str(tokens))
+    yield url
+    _stop(proc)
+
+
+@pytest.fixture(scope="module")
+def open_front(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A loopback gateway without tokens in front of the same kind of server."""
+    proc, url = _start(tmp_path_factory.mktemp("open"))
+    yield url
+    _stop(proc)
+
+
+@asynccontextmanager
+async def client(url: str, token: str | None, mode: str) -> AsyncIterator[Client]:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    async with (
+        httpx2.AsyncClient(headers=headers, timeout=60) as http,
+        Client(streamable_http_client(url, http_client=http), mode=mode) as session,  # type: ignore[arg-type]
+    ):
+        yield session
+
+
+async def _count(url: str, token: str | None, mode: str, key: str) -> mcp_types.CallToolResult:
+    async with client(url, token, mode) as session:
+        return await session.call_tool("fx__counter", {"key": key})
+
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.mark.anyio
+async def test_two_principals_stateless_requests_get_instances_of_their_own(team: str) -> None:
+    # Each request a new connection: only the token says who calls.
+    assert text(await _count(team, ALICE, "auto", "k")) == "1"
+    assert text(await _count(team, ALICE, "auto", "k")) == "2"  # alice's instance, again
+    assert text(await _count(team, BOB, "auto", "k")) == "1"  # never alice's count
+    assert text(await _count(team, ALICE, "auto", "k")) == "3"
+
+
+@pytest.mark.anyio
+async def test_handshake_sessions_are_one_client_each_whoever_holds_the_token(team: str) -> None:
+    async with client(team, ALICE, "legacy") as one, client(team, ALICE, "legacy") as two:
+        assert text(await one.call_tool("fx__counter", {"key": "s"})) == "1"
+        assert text(await one.call_tool("fx__counter", {"key": "s"})) == "2"
+        assert text(await two.call_tool("fx__counter", {"key": "s"})) == "1"
+
+
+@pytest.mark.anyio
+async def test_an_anonymous_stateless_request_to_a_per_client_server_is_refused_saying_why(open_front: str) -> None:
+    refused = await _count(open_front, None, "auto", "k")
+    assert refused.is_error
+    assert "one instance per client" in text(refused) and "token file" in text(refused), text(refused)
+    async with client(open_front, None, "legacy") as session:  # a session is a client: it works
+        assert text(await session.call_tool("fx__counter", {"key": "k"})) == "1"
