@@ -258,6 +258,8 @@ class EngineSettings:
     slow_call_seconds: float = DEFAULT_SLOW_CALL_SECONDS
     include_arguments: bool = False
     """Audit argument values, not just their names."""
+    max_calls_in_flight: int | None = None
+    """Front calls one caller may have in flight (None: no limit)."""
 
     @classmethod
     def from_config(cls, config: Config) -> EngineSettings:
@@ -269,6 +271,7 @@ class EngineSettings:
             separator=settings.separator,
             slow_call_seconds=settings.slow_call_seconds,
             include_arguments=settings.audit.include_arguments,
+            max_calls_in_flight=settings.max_calls_in_flight,
         )
 
 
@@ -342,6 +345,8 @@ class ToolExecutionEngine:
         self.hookless = call_raw is not None and not self._pre and not wrap_hooks and not self._post
         """Whether no hook is installed: a caller may then send a call itself (`begin_sent`)."""
         self._predicted_output: dict[str, float] = {}
+        self._in_flight: dict[str, int] = {}
+        """Front calls in flight per caller (plan steps are their plan's), for the cap."""
         self.audit_lost = 0
         """Audit records the sink raised on (and so lost) since the engine was built."""
         self._audit_failing = False
@@ -395,11 +400,48 @@ class ToolExecutionEngine:
             route=route,
             raw_for=raw_for if self.keeps_raw_results else None,
         )
-        traced = tracing.tracer  # None unless tracing is on: then this read is the whole cost
-        if traced is None:
-            return await self._execute(ctx, timeout)
-        with traced.call(ctx):
-            return await self._execute(ctx, timeout)
+        caller = session_id if plan_id is None and self._settings.max_calls_in_flight is not None else None
+        if caller is not None and not self._enter(caller):
+            return self._over_cap(ctx)
+        try:
+            traced = tracing.tracer  # None unless tracing is on: then this read is the whole cost
+            if traced is None:
+                return await self._execute(ctx, timeout)
+            with traced.call(ctx):
+                return await self._execute(ctx, timeout)
+        finally:
+            if caller is not None:
+                self._leave(caller)
+
+    def _enter(self, caller: str) -> bool:
+        """Count a call of `caller` in flight; False (and not counted): it has as many as allowed."""
+        count = self._in_flight.get(caller, 0)
+        cap = self._settings.max_calls_in_flight
+        if cap is not None and count >= cap:
+            return False
+        self._in_flight[caller] = count + 1
+        return True
+
+    def _leave(self, caller: str) -> None:
+        count = self._in_flight.get(caller, 0) - 1
+        if count > 0:
+            self._in_flight[caller] = count
+        else:
+            self._in_flight.pop(caller, None)  # callers come and go: keep only those with calls in flight
+
+    def _over_cap(self, ctx: ExecutionContext) -> CallOutcome:
+        """The answer to a call over its caller's cap, at once: nothing waits, nothing is queued
+        (the caller's other calls may be waiting on this same client, for its sampling answer)."""
+        cap = self._settings.max_calls_in_flight
+        ctx.error = Rejected(
+            f"this client has {cap} calls in flight, the most toolscore.max_calls_in_flight allows; "
+            "retry once some have finished",
+            hook="in_flight",
+        )
+        ctx.phase = ExecutionPhase.ERROR_HANDLING
+        ctx.result = self._error_result(ctx.error)
+        self._finish(ctx)
+        return CallOutcome(ctx.result, ctx)
 
     async def _execute(self, ctx: ExecutionContext, timeout: float | None) -> CallOutcome:
         try:
@@ -443,6 +485,8 @@ class ToolExecutionEngine:
         """
         if not self.hookless or route.schema_errors(arguments):
             return None
+        if self._settings.max_calls_in_flight is not None and not self._enter(session_id):
+            return None  # `execute` answers it (over the cap)
         ctx = ExecutionContext(
             call_id=f"{_process_tag}-{next(_call_ids)}",
             tool=tool,
@@ -462,6 +506,7 @@ class ToolExecutionEngine:
     ) -> CallOutcome | None:
         """Phases 3 (its end) and 4 of a call begun with `begin_sent`: its outcome (None: it was
         cancelled) accounted for and audited. The client's answer, or None for a cancelled call."""
+        self.abandon_sent(ctx)
         if outcome is None:
             ctx.cancelled = True
             self._finish(ctx)
@@ -479,6 +524,12 @@ class ToolExecutionEngine:
             ctx.result = outcome
         self._finish(ctx)
         return CallOutcome(ctx.result, ctx)
+
+    def abandon_sent(self, ctx: ExecutionContext) -> None:
+        """A call begun with `begin_sent` is no longer in flight there: it was never sent (`execute`
+        takes it), or it ended (`end_sent` calls this)."""
+        if self._settings.max_calls_in_flight is not None and ctx.session_id is not None:
+            self._leave(ctx.session_id)
 
     def _error_result(self, exc: ToolscoreError) -> mcp_types.CallToolResult:
         """The client's answer for a call that failed in the gateway: the error's text, redacted."""

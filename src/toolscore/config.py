@@ -569,6 +569,9 @@ class GatewaySettings(_Frozen):
     slow_call_seconds: float = Field(default=DEFAULT_SLOW_CALL_SECONDS, gt=0)
     max_request_bytes: int = Field(default=DEFAULT_MAX_REQUEST_BYTES, ge=1024)
     """The largest JSON-RPC message a front client may send (stdio and HTTP)."""
+    max_calls_in_flight: int = Field(default=256, ge=1)
+    """Tool calls one client may have in flight at once; the next ones are answered at once with
+    an error naming this limit (a plan's steps count as its one call)."""
     max_result_bytes: int = Field(default=DEFAULT_MAX_RESULT_BYTES, ge=1024)
     """The largest JSON-RPC message accepted from a downstream server."""
     log_dir: str | None = None

@@ -140,6 +140,7 @@ class ExpressLane:
         params = job.params
         if params.meta is not None:
             return False
+        ctx = None
         try:
             found = self._resolve(params.name)
             if found is None:
@@ -158,9 +159,12 @@ class ExpressLane:
             sent_id = channel.send(route.remote_name, arguments, Sent(partial(self._answered, pending)))
         except Exception:  # a bug, before anything was sent: the hot path answers the call
             log.exception("express lane failed; the call takes the hot path", tool=params.name)
+            if ctx is not None:
+                self._engine.abandon_sent(ctx)
             return False
         if sent_id is None:  # the pipe cannot take it now: the hot path waits for it
             pending.release()
+            self._engine.abandon_sent(ctx)
             return False
         self._out, self._tg = out, tg
         pending.sent_id = sent_id

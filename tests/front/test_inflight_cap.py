@@ -1,0 +1,109 @@
+"""A client's calls in flight are capped (`toolscore.max_calls_in_flight`): the excess is answered at
+once with an error naming the cap, the reader never waits, and a freed slot is taken again.
+
+Before, 40,000 `tools/call` in one write held +518 MB and a `ping` waited 34 s behind them. The
+calls here wait on `tests/fixtures/backchannel_server.py`'s `ask` until released (no clock).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import mcp_types
+import pytest
+from mcp import Client
+
+from tests.conftest import FIXTURES, TOOLSCORE, make_config, running_gateway, text, write_config
+from tests.security.test_limits import answer, send
+
+pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
+
+SERVER = {"command": sys.executable, "args": [str(FIXTURES / "backchannel_server.py")], "timeout": 120}
+CAP = 4
+
+
+def _ask(request_id: int) -> bytes:
+    params = {"name": "bc__ask", "arguments": {"what": "log", "text": str(request_id)}}
+    return json.dumps({"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params}).encode()
+
+
+def _responses(proc: subprocess.Popen[bytes], count: int) -> dict[Any, dict[str, Any]]:
+    """The next `count` responses by id (notifications the gateway sends meanwhile are skipped)."""
+    found: dict[Any, dict[str, Any]] = {}
+    while len(found) < count:
+        message = answer(proc)
+        if "id" in message and "method" not in message:
+            found[message["id"]] = message
+    return found
+
+
+def test_stdio_answers_calls_over_the_cap_at_once_and_frees_slots_as_calls_end(tmp_path: Path) -> None:
+    config = write_config(tmp_path, {"bc": SERVER})
+    settings = json.loads(config.read_text())
+    settings["toolscore"]["max_calls_in_flight"] = CAP
+    config.write_text(json.dumps(settings))
+    proc = subprocess.Popen(
+        [TOOLSCORE, "serve", "--config", str(config)], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    try:
+        init = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}
+        send(proc, json.dumps({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": init}).encode())
+        assert answer(proc)["id"] == 0
+        send(proc, b'{"jsonrpc":"2.0","method":"notifications/initialized"}')
+        # CAP calls that wait, then three more and a ping, all in one write.
+        burst = [_ask(n) for n in range(1, CAP + 4)] + [b'{"jsonrpc":"2.0","id":"p","method":"ping"}']
+        send(proc, b"\n".join(burst))
+        by_id = _responses(proc, 4)  # the three over the cap and the ping: nothing else can end
+        assert by_id["p"]["result"] == {}
+        over = [by_id[n] for n in range(CAP + 1, CAP + 4)]
+        for reply in over:
+            result = reply["result"]
+            assert result["isError"] and "max_calls_in_flight" in result["content"][0]["text"], result
+            assert f"{CAP} calls in flight" in result["content"][0]["text"]
+        # Cancelling the waiting calls frees their slots: the next call is taken again.
+        for n in range(1, CAP + 1):
+            cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": n}}
+            send(proc, json.dumps(cancel).encode())
+        release = {"name": "bc__release", "arguments": {"count": 1}}
+        send(proc, _ask(100))
+        send(proc, json.dumps({"jsonrpc": "2.0", "id": 101, "method": "tools/call", "params": release}).encode())
+        done = _responses(proc, 2)
+        assert done[100]["result"]["content"][0]["text"] == "logged", done
+        assert done[101]["result"]["content"][0]["text"] == "released", done
+    finally:
+        proc.kill()
+        proc.wait()
+        for pipe in (proc.stdin, proc.stdout):
+            if pipe is not None:
+                pipe.close()
+
+
+async def test_one_clients_cap_leaves_another_client_its_own(tmp_path: Path) -> None:
+    cfg = make_config({"bc": SERVER}, toolscore={"max_calls_in_flight": CAP})
+    async with (
+        running_gateway(cfg, tmp_path) as (gw, sink),
+        Client(gw.server, mode="legacy") as busy,
+        Client(gw.server, mode="legacy") as other,
+    ):
+        results: list[mcp_types.CallToolResult] = []
+
+        async def ask(n: int) -> None:
+            results.append(await busy.call_tool("bc__ask", {"what": "log", "text": str(n)}))
+
+        with anyio.fail_after(60):  # a hang detector
+            async with anyio.create_task_group() as tg:
+                for n in range(CAP):
+                    tg.start_soon(ask, n)
+                await anyio.wait_all_tasks_blocked()
+                refused = await busy.call_tool("bc__ask", {"what": "log", "text": "over"})
+                assert refused.is_error and "max_calls_in_flight" in text(refused)
+                # The other client is not held to the busy one's cap: it releases the busy one's calls.
+                assert text(await other.call_tool("bc__release", {"count": CAP})) == "released"
+        assert [text(r) for r in results] == ["logged"] * CAP
+        kinds: list[Any] = [r.error_kind for r in sink.records if r.tool == "bc__ask"]
+        assert kinds.count("rejected") == 1
