@@ -210,6 +210,28 @@ async def test_every_limit_is_a_stop_reason(
     assert records(tmp_path)[-1]["stop_reason"] == reason
 
 
+async def test_result_bytes_are_checked_per_step_and_stop_the_turn(tmp_path: Path) -> None:
+    """The limit was checked between turns only: one turn read 41.9 MB against 100 KB."""
+    large = '<fx><large>{"size": 2000}</large></fx>'
+    turns = ["<sequential>" + large * 5 + "</sequential><execute_tools />", "<answer>never</answer>"]
+    with scripted_model(turns) as model:
+        async with loop_gateway(tmp_path, model.url, result_bytes=1024) as (gw, sink), Client(gw.server) as client:
+            result = await client.call_tool("delegate", {"task": "t"})
+    assert result.structured_content is not None and result.structured_content["stop_reason"] == "result_bytes"
+    assert [r.tool for r in sink.records].count("fx__large") == 1  # the other four never ran
+    assert result.structured_content["result_bytes"] < 5 * 2000
+
+
+async def test_retries_count_against_server_calls(tmp_path: Path) -> None:
+    """15 calls once ran with `server_calls: 5`: a retry is a call to the server like any other."""
+    flaky = '<fx><flaky retries="5">{"key": "k", "failures": 9}</flaky></fx>'
+    with scripted_model([flaky + "<execute_tools />", "<answer>done</answer>"]) as model:
+        async with loop_gateway(tmp_path, model.url, server_calls=3) as (gw, sink), Client(gw.server) as client:
+            result = await client.call_tool("delegate", {"task": "t"})
+    assert [r.tool for r in sink.records].count("fx__flaky") == 3
+    assert result.structured_content is not None and result.structured_content["stop_reason"] == "server_calls"
+
+
 async def test_per_call_limits_are_capped_by_the_config(tmp_path: Path) -> None:
     with scripted_model([ECHO.format("a") + "<execute_tools />"] * 5) as model:
         async with loop_gateway(tmp_path, model.url, max_turns=3) as (gw, _s), Client(gw.server) as client:

@@ -89,6 +89,9 @@ class TurnCalls:
         """Per item: from its closing tag to its start (waiting for a reference included)."""
         self.budget_expired = False
         self.refused_server: str | None = None
+        self.bytes_reached = False
+        """The task's `result_bytes` limit was reached during this turn: the rest was stopped."""
+        self._running: set[anyio.CancelScope] = set()
         self.items = 0
         self.dropped = 0
         """Items not even checked: the turn already had `_MAX_PROBLEMS` problems."""
@@ -134,9 +137,26 @@ class TurnCalls:
         self.warnings.extend((*turn.warnings, *checked.warnings))
         return checked
 
+    # -- the step gate: budgets kept as each step runs (`toolscore.plan.run.StepGate`) -------------
+
+    def retry(self, server: str) -> bool:
+        """A retry is one more call to `server`: it counts against `server_calls`."""
+        if self._budget.take_calls([server]) is None:
+            return True
+        self.refused_server = server
+        return False
+
+    def finished(self, record: StepRecord) -> None:
+        """Once the task's results reach `result_bytes`, nothing more of this turn runs or is read."""
+        if self.bytes_reached or self._budget.result_bytes + self.result_bytes < self._budget.limits.result_bytes:
+            return
+        self.bytes_reached = True
+        for scope in self._running:
+            scope.cancel()
+
     def submit(self, text: str, closed_at: float) -> None:
         """Check one item and start it (or queue it behind what it references)."""
-        if self.refused_server is not None:
+        if self.refused_server is not None or self.bytes_reached:
             return  # a limit already stopped this turn's calls
         self.items += 1
         if len(self.problems) >= _MAX_PROBLEMS:
@@ -182,28 +202,38 @@ class TurnCalls:
         self._tg.start_soon(self._run, checked, waits, done, closed_at)
 
     async def _run(self, checked: CheckedPlan, waits: list[anyio.Event], done: anyio.Event, closed_at: float) -> None:
+        scope = anyio.CancelScope()
+        self._running.add(scope)
         try:
-            for event in waits:
-                await event.wait()
-            started = self._clock()
-            self.latencies_ms.append((started - closed_at) * 1000)
-            self._event("call_start", checked.calls[0].step)
-            runner = PlanRunner(
-                engine=self._ctx.engine,
-                episode=self._episode,
-                plan_id=self._plan_id,
-                limiters=self._ctx.limiter,
-                progress=None,
-                total=len(checked.calls),
-                caller=self._caller,
-                max_argument_bytes=self._ctx.max_argument_bytes,
-            )
-            finished = await runner.run(checked, self._ctx.limits.budget_seconds)
-            self.blocks.extend(runner.blocks)
-            self.budget_expired |= not finished
-            self._event("call_end", checked.calls[0].step)
+            with scope:
+                await self._run_item(checked, waits, closed_at)
         finally:
+            self._running.discard(scope)
             done.set()
+
+    async def _run_item(self, checked: CheckedPlan, waits: list[anyio.Event], closed_at: float) -> None:
+        for event in waits:
+            await event.wait()
+        if self.bytes_reached:
+            return
+        started = self._clock()
+        self.latencies_ms.append((started - closed_at) * 1000)
+        self._event("call_start", checked.calls[0].step)
+        runner = PlanRunner(
+            engine=self._ctx.engine,
+            episode=self._episode,
+            plan_id=self._plan_id,
+            limiters=self._ctx.limiter,
+            progress=None,
+            total=len(checked.calls),
+            caller=self._caller,
+            max_argument_bytes=self._ctx.max_argument_bytes,
+            gate=self,
+        )
+        finished = await runner.run(checked, self._ctx.limits.budget_seconds)
+        self.blocks.extend(runner.blocks)
+        self.budget_expired |= not finished
+        self._event("call_end", checked.calls[0].step)
 
     @property
     def records(self) -> list[StepRecord]:
@@ -237,4 +267,9 @@ class TurnCalls:
             parts.append(f"<warning>{self.dropped} more item(s) were not read: fix the errors above first</warning>")
         if self.refused_server is not None:
             parts.append(f"<warning>calls to {self.refused_server} would pass this task's limit: not run</warning>")
+        if self.bytes_reached:
+            limit = self._budget.limits.result_bytes
+            parts.append(
+                f"<warning>tool results reached this task's limit of {limit} bytes: the rest was stopped</warning>"
+            )
         return "\n".join(parts)

@@ -45,7 +45,15 @@ from toolscore.plan.nodes import (
 from toolscore.plan.refs import resolve
 from toolscore.types import ProgressFn
 
-__all__ = ["CAPABILITY_SERVER", "BlockOutcome", "CapabilityHub", "Episode", "PlanRunner", "StepRecord"]
+__all__ = [
+    "CAPABILITY_SERVER",
+    "BlockOutcome",
+    "CapabilityHub",
+    "Episode",
+    "PlanRunner",
+    "StepGate",
+    "StepRecord",
+]
 
 CAPABILITY_SERVER = "capability"
 """What a capability step's record names as its server (its tool is the capability)."""
@@ -177,6 +185,18 @@ def _json_of(result: mcp_types.CallToolResult, text: str) -> Any:
         return text
 
 
+class StepGate(Protocol):
+    """A budget kept as steps run, not only between plans (`delegate`'s)."""
+
+    def retry(self, server: str) -> bool:
+        """Whether one more attempt may go to `server` (counted if so)."""
+        ...
+
+    def finished(self, record: StepRecord) -> None:
+        """A step ended: its result is in `record` (the gate may cancel what is still running)."""
+        ...
+
+
 class PlanRunner:
     """Runs one checked turn of an episode."""
 
@@ -192,11 +212,14 @@ class PlanRunner:
         caller: str | None = None,
         max_argument_bytes: int | None = None,
         capabilities: CapabilityHub | None = None,
+        gate: StepGate | None = None,
     ) -> None:
         """Args:
         max_argument_bytes: The most a step's arguments may grow to once references are resolved.
         capabilities: Runs the capability steps (the checker refuses them where there is none).
+        gate: Budgets kept step by step (`delegate`'s): retries counted, each result's bytes seen.
         """
+        self._gate = gate
         self._capabilities = capabilities
         self._max_argument_bytes = max_argument_bytes
         self._engine = engine
@@ -329,6 +352,9 @@ class PlanRunner:
             record.error = record.text or kind
             if kind not in _RETRY_KINDS or attempt > retries:
                 return
+            if self._gate is not None and not self._gate.retry(call.route.server):
+                record.error = f"{record.error}; not retried: {call.route.server} reached this task's call limit"
+                return
             await anyio.sleep(min(delay, _BACKOFF_MAX) * random.uniform(0.8, 1.2))
             delay *= 2
 
@@ -387,6 +413,8 @@ class PlanRunner:
 
     async def _finished(self, record: StepRecord) -> None:
         self._done += 1
+        if self._gate is not None:
+            self._gate.finished(record)
         if self._progress is not None:
             message = f"step {record.step} {record.server}.{record.tool} {record.status} {record.ms:.0f} ms"
             with anyio.CancelScope(shield=True):
