@@ -166,7 +166,8 @@ async def open_gateway(
         sink = ConsoleSink(sink, console)
     logs = log_dir or server_log_dir(config)
     try:
-        async with open_hub(config, log_dir=logs, memory_servers=memory_servers) as hub:
+        hide = policy.tool_denied if policy.static is not None else None
+        async with open_hub(config, log_dir=logs, memory_servers=memory_servers, hide=hide) as hub:
             engine = ToolExecutionEngine(
                 tools=hub,
                 call=hub.call,

@@ -143,3 +143,22 @@ async def test_every_per_server_section_is_honoured_on_its_server_only(tmp_path:
     ):
         assert await probe(client, "fx") is True
         assert await probe(client, "gx") is False
+
+
+@pytest.mark.parametrize("catalog", ["full", "search"])
+async def test_a_tool_the_policy_always_refuses_is_neither_listed_nor_found(tmp_path: Path, catalog: str) -> None:
+    """It was listed (every call refused) and `search_tools` showed its definition."""
+    constraints = {"enabled": True, "tools": {"deny": ["fx__delete"]}}
+    async with (
+        memory_gateway(tmp_path, constraints=constraints, toolscore={"catalog": catalog}) as (gw, _),
+        Client(gw.server) as client,
+    ):
+        listed = [t.name for t in (await client.list_tools()).tools]
+        found = await client.call_tool("search_tools", {"query": "delete a key", "k": 20})
+        called = await client.call_tool("fx__delete", {"key": "k"})
+        allowed = await client.call_tool("fx__echo", {"text": "still here"})
+    assert "fx__delete" not in listed
+    assert catalog == "search" or "fx__echo" in listed
+    assert "fx__delete" not in (found.content[0].text if isinstance(found.content[0], mcp_types.TextContent) else "")
+    assert called.is_error and "not allowed" in cast(mcp_types.TextContent, called.content[0]).text
+    assert not allowed.is_error

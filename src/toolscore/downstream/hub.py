@@ -27,7 +27,7 @@ from toolscore.downstream.breaker import Verdict
 from toolscore.downstream.catalog import Catalog, build_catalog
 from toolscore.downstream.connection import Downstream, ServerState, ServerStatus
 from toolscore.downstream.raw import RawResult
-from toolscore.downstream.registry import Registry, build_registry
+from toolscore.downstream.registry import Registry, Route, build_registry
 from toolscore.downstream.relay import Peer
 from toolscore.downstream.tasks import call_tool, runs_as_task
 from toolscore.downstream.transports import MemoryTransport, Transport, transport_for
@@ -84,9 +84,15 @@ class DownstreamHub:
     """Owns the downstream connections and the registry built from their tools."""
 
     def __init__(
-        self, config: Config, *, log_dir: Path | None, memory_servers: Mapping[str, Server[Any]] | None = None
+        self,
+        config: Config,
+        *,
+        log_dir: Path | None,
+        memory_servers: Mapping[str, Server[Any]] | None = None,
+        hide: Callable[[Route], bool] | None = None,
     ) -> None:
         self.config = config
+        self._hide = hide
         self.registry: Registry = build_registry({}, config)  # no tools yet, but every prefix
         self.catalog: Catalog = Catalog()
         self._catalog_listeners: list[CatalogListener] = []
@@ -361,7 +367,7 @@ class DownstreamHub:
         # Connection state, not `unavailable_reason`: an open breaker keeps the tools listed.
         known = [d for d in self.downstreams.values() if d.state is ServerState.UP or d.connects > 0]
         down = {d.name for d in known if d.state is not ServerState.UP}
-        registry = build_registry({d.name: d.tools for d in known}, self.config, down=down)
+        registry = build_registry({d.name: d.tools for d in known}, self.config, down=down, hide=self._hide)
         for problem in registry.problems:
             if problem not in self._problems:
                 log.warning("tool not exposed as listed", problem=problem)
@@ -395,7 +401,11 @@ class DownstreamHub:
 
 @asynccontextmanager
 async def open_hub(
-    config: Config, *, log_dir: Path | None = None, memory_servers: Mapping[str, Server[Any]] | None = None
+    config: Config,
+    *,
+    log_dir: Path | None = None,
+    memory_servers: Mapping[str, Server[Any]] | None = None,
+    hide: Callable[[Route], bool] | None = None,
 ) -> AsyncIterator[DownstreamHub]:
     """Start every enabled server concurrently; yield once each has connected or failed once, or
     once `toolscore.startup_grace_seconds` have passed, whichever comes first.
@@ -408,8 +418,9 @@ async def open_hub(
     Args:
         memory_servers: SDK servers run in this process, by server name: they replace what the
             config says of how to reach those servers (tests, embedding).
+        hide: Tools the policy refuses whatever their arguments: routed, never listed.
     """
-    hub = DownstreamHub(config, log_dir=log_dir, memory_servers=memory_servers)
+    hub = DownstreamHub(config, log_dir=log_dir, memory_servers=memory_servers, hide=hide)
     async with anyio.create_task_group() as tg:
         hub._task_group = tg
         for downstream in hub.downstreams.values():

@@ -6,7 +6,7 @@ Rebuilt from scratch whenever a server's tool list changes; a rebuild is cheap n
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -76,6 +76,8 @@ class Registry:
     """(server, downstream tool name) -> route, for plans that name tools the way servers do."""
     down: frozenset[str] = frozenset()
     """Servers that are down but were up once: their last known tools are routed, not listed."""
+    hidden: frozenset[str] = frozenset()
+    """Routed tools the policy refuses whatever their arguments: not listed, not searched."""
     prefixes: Mapping[str, str] = field(default_factory=dict)
     """Each configured server's tool-name prefix (with the separator) -> the server, whether or not
     it ever came up: a call to a server that never listed its tools names that server."""
@@ -95,7 +97,11 @@ class Registry:
 
     def tools(self) -> list[mcp_types.Tool]:
         """The exposed tool definitions of the connected servers, in server then downstream order."""
-        return [r.tool for r in self.routes.values() if r.server not in self.down]
+        return [r.tool for r in self.listed()]
+
+    def listed(self) -> list[Route]:
+        """The routes of the tools clients see: a connected server's, the policy allowing them."""
+        return [r for r in self.routes.values() if r.server not in self.down and r.public_name not in self.hidden]
 
 
 def _selected(name: str, allow: Sequence[str] | None, deny: Sequence[str]) -> bool:
@@ -152,7 +158,11 @@ def _compile(schema: Mapping[str, Any]) -> Validator:
 
 
 def build_registry(
-    server_tools: Mapping[str, Sequence[mcp_types.Tool]], config: Config, *, down: Collection[str] = ()
+    server_tools: Mapping[str, Sequence[mcp_types.Tool]],
+    config: Config,
+    *,
+    down: Collection[str] = (),
+    hide: Callable[[Route], bool] | None = None,
 ) -> Registry:
     """Index the tools of every connected server.
 
@@ -161,6 +171,7 @@ def build_registry(
         config: Filters, renames, prefixes and the separator.
         down: Servers of `server_tools` that are down: their tools (as last listed) are routed,
             so a call can be told the server is restarting, but not listed or counted as connected.
+        hide: Tools the policy refuses whatever their arguments: routed (a call is told why), not listed.
 
     Returns:
         The index. Collisions keep the first server in config order (a connected server before a
@@ -218,5 +229,6 @@ def build_registry(
         servers=tuple(up),
         by_remote=by_remote,
         down=resting,
+        hidden=frozenset(name for name, route in routes.items() if hide is not None and hide(route)),
         prefixes=prefixes,
     )

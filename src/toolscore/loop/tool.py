@@ -268,8 +268,8 @@ class Delegator:
             allowed = frozenset(servers)
         catalog = [
             (r.server, r.remote_name, r.tool)
-            for r in registry.routes.values()
-            if r.server not in registry.down and (allowed is None or r.server in allowed)
+            for r in registry.listed()  # the model is shown no tool the policy refuses
+            if allowed is None or r.server in allowed
         ]
         system = system_prompt(self._contract(), catalog)
         configured = self._config.settings.model

@@ -27,6 +27,7 @@ from typing import TypeVar
 
 from toolscore._engine import PostExecutionHook, PreExecutionHook, WrapHook
 from toolscore.config import Config
+from toolscore.downstream.registry import Route
 from toolscore.errors import PlanProblem
 from toolscore.plan.nodes import CheckedPlan
 from toolscore.plugins import load_plugins
@@ -62,6 +63,11 @@ class Policy:
     def plan_problems(self, plan: CheckedPlan) -> list[PlanProblem]:
         """Every static rule a plan's steps break, before any of them runs."""
         return [] if self.static is None else self.static.plan_problems(plan)
+
+    def tool_denied(self, route: Route) -> bool:
+        """Whether the `tools` rules refuse every call of this tool, whatever its arguments: it is
+        then neither listed nor found by search (a call still gets the policy's refusal)."""
+        return self.static is not None and self.static.tool_denied(route)
 
 
 def build_policy(config: Config, *, state: SharedState | None = None) -> Policy:

@@ -179,6 +179,10 @@ class StaticRules:
             )
         return problems
 
+    def tool_denied(self, route: Route) -> bool:
+        """Whether the `tools` rules refuse this downstream tool whatever its arguments."""
+        return not _tool_allowed(route, self._rules.of(route.server))
+
     def gateway_tool_refusal(self, name: str) -> str | None:
         """Why the gateway's own tool `name` (e.g. `orchestrate`) may not be used, or None."""
         if not _allowed((name,), self._rules.gateway.tools_global):

@@ -108,7 +108,7 @@ class ToolHub:
     def _current(self) -> _Index:
         registry = self._tools.registry
         if self._index is None or self._index.registry is not registry:
-            routes = [r for r in registry.routes.values() if r.server not in registry.down]
+            routes = registry.listed()  # a denied tool is never found either
             capabilities = index_capabilities(routes, self._config)
             mode = catalog_mode(self._config.settings.catalog, self._settings, registry.tools())
             self._index = _Index(registry, capabilities, mode)
@@ -149,7 +149,7 @@ class ToolHub:
         found: list[dict[str, Any]] = [
             t.model_dump(by_alias=True, mode="json", exclude_none=True)
             for t in self.gateway_tools()
-            if set(words(t.name)) <= asked
+            if set(words(t.name)) <= asked and self._refusals.get(t.name) is None
         ][:k]
         folded: set[str] = set()
         for name, score in index.search.search(query, k * 2):
