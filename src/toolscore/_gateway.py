@@ -61,6 +61,13 @@ class Gateway:
     """The counters behind `/metrics` (HTTP front only)."""
     console: ConsoleFeed | None = None
     """The audit records the web console at `/ui` shows (HTTP front only)."""
+    lossy: AuditSink | None = None
+    """The sink whose own `lost` count says how many records it dropped (the file, the stream)."""
+
+    @property
+    def audit_lost(self) -> int:
+        """Audit records lost: those a sink raised on, and those a sink dropped and counted itself."""
+        return self.engine.audit_lost + int(getattr(self.lossy, "lost", 0))
 
 
 def _audit_sink(config: Config) -> AuditSink:
@@ -84,7 +91,7 @@ def http_pages(gateway: Gateway) -> dict[str, ASGIApp]:
             gauges = (
                 ServerGauge(s.name, s.state is ServerState.UP, s.start_seconds, s.tools) for s in gateway.hub.statuses()
             )
-            return metrics.render(gauges, audit_lost=gateway.engine.audit_lost)
+            return metrics.render(gauges, audit_lost=gateway.audit_lost)
 
         pages["/metrics"] = metrics_page(render)
     if gateway.console is not None:
@@ -151,6 +158,7 @@ async def open_gateway(
     settings = config.settings
     if settings.audit.stream and state is not None:  # every replica's records in one stream
         sink = state.with_audit_stream(sink, settings.audit)
+    lossy = sink  # the writers: they drop a record they cannot write, and count it
     if policy.redactor is not None:
         sink = RedactingAuditSink(sink, policy.redactor)
     # The ToolHub orders capability candidates by what the audit stream says of each tool.
@@ -219,7 +227,9 @@ async def open_gateway(
                 server.middleware.insert(0, tracing.TraceparentMiddleware())
             try:
                 async with running_plans(server.plan_tasks):  # plans run as tasks end with the gateway
-                    yield Gateway(config, hub, engine, server, orchestrator, toolhub, delegator, metrics, console)
+                    yield Gateway(
+                        config, hub, engine, server, orchestrator, toolhub, delegator, metrics, console, lossy
+                    )
             finally:
                 with anyio.CancelScope(shield=True):
                     await delegator.aclose()

@@ -287,7 +287,10 @@ def build_server(
         if params.name == ORCHESTRATE:
             durable = delegator.durable if delegator is not None else None
             if durable is not None:  # episodes survive a restart (docs/agent-loop.md)
-                await durable.restore(caller, params.arguments)
+                try:
+                    await durable.restore(caller, params.arguments)
+                except Exception:  # the store is away (a Redis blip): the plan runs on what memory holds
+                    log.warning("episode store unreachable: the plan runs without restoring", exc_info=True)
             with tracing.plan_span() as span:
                 answer = await orchestrator(
                     params.arguments, progress=progress, request_id=ctx.request_id, caller=caller
@@ -295,7 +298,14 @@ def build_server(
                 if span is not None:
                     tracing.plan_attributes(span, answer)
             if durable is not None:
-                await durable.save(caller, answer)
+                try:
+                    await durable.save(caller, answer)
+                except Exception:
+                    # The steps ran: their answer must not become an error (a retry would run
+                    # them again). The episode lives on in memory; only a restart would lose it.
+                    log.warning("episode not saved: the store is unreachable", exc_info=True)
+                    note = "<warning>the episode could not be saved; it is kept in memory only</warning>"
+                    answer = answer.model_copy(update={"content": [*answer.content, mcp_types.TextContent(text=note)]})
             # Plan text is the model's: whatever it smuggled in must not break the reply.
             return scrub_unpaired_surrogates(answer)
         if delegator is not None and params.name == DELEGATE:

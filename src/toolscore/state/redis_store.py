@@ -368,6 +368,11 @@ class FanOutSink:
     def __init__(self, *sinks: AuditSink) -> None:
         self._sinks = sinks
 
+    @property
+    def lost(self) -> int:
+        """Records the sinks counted as lost (each sink that keeps such a count)."""
+        return sum(getattr(sink, "lost", 0) for sink in self._sinks)
+
     def write(self, record: AuditRecord) -> None:
         """Hand the record to every sink."""
         failure: Exception | None = None
