@@ -114,3 +114,36 @@ def test_a_down_servers_last_tools_stay_routed_but_unlisted() -> None:
     everyone_up = build_registry({"docs": [tool("read")], "fx": [tool("read")]}, cfg)
     assert everyone_up.get("docs__read").server == "docs"  # type: ignore[union-attr]
     assert len(everyone_up.problems) == 1 and everyone_up.down == frozenset()
+
+
+SCREENSHOT = {
+    "type": "object",
+    "properties": {
+        "scale": {"type": "string", "enum": ["css", "device"], "default": "css"},
+        "clip": {
+            "type": "object",
+            "properties": {"x": {"type": "number"}, "unit": {"type": "string", "default": "px"}},
+            "required": ["x", "unit"],
+        },
+        "pages": {"type": "array", "items": {"$ref": "#/$defs/page"}},
+        "must": {"type": "string"},
+    },
+    "required": ["scale", "must"],
+    "$defs": {"page": {"type": "object", "properties": {"n": {"type": "integer", "default": 1}}, "required": ["n"]}},
+}
+
+
+def test_a_required_property_with_a_default_may_be_left_out_as_the_server_allows() -> None:
+    """@playwright/mcp marks `scale` required and gives it a default; it accepts `{}` for it, so the
+    gateway must too (it refused: "'scale' is a required property")."""
+    registry = build_registry({"browser": [tool("shot", SCREENSHOT)]}, make_config({"browser": {"command": "x"}}))
+    route = registry.get("browser__shot")
+    assert route is not None
+    assert route.schema_errors({"must": "m"}) == []
+    assert route.schema_errors({"must": "m", "clip": {"x": 1}, "pages": [{}]}) == []
+    # What has no default is still required, and what is given is still checked.
+    assert [e.message for e in route.schema_errors({})] == ["'must' is a required property"]
+    assert route.schema_errors({"must": "m", "clip": {"unit": "em"}})[0].message == "'x' is a required property"
+    assert "is not one of" in route.schema_errors({"must": "m", "scale": "huge"})[0].message
+    # Clients see the server's schema unchanged.
+    assert route.tool.input_schema == SCREENSHOT

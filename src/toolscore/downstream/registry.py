@@ -148,6 +148,55 @@ def _path_keys(schema: Any, found: set[str] | None = None, depth: int = 0) -> se
     return found
 
 
+_SUBSCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
+_SUBSCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
+_SUBSCHEMAS = ("items", "additionalProperties", "not", "if", "then", "else", "contains")
+
+
+def lenient(schema: Any, depth: int = 0) -> Any:
+    """`schema` as the gateway checks arguments against it: a `required` property that has a
+    `default` may be left out (the server fills it in, as @playwright/mcp does for `scale`).
+
+    A gateway must never refuse what the server accepts. The schema clients see is the server's,
+    unchanged; only the check is relaxed. Copies only what changes; nesting past 32 is left as is.
+    """
+    if not isinstance(schema, dict) or depth > 32:
+        return schema
+    out: dict[str, Any] | None = None
+
+    def put(key: str, value: Any) -> None:
+        nonlocal out
+        if value is not schema.get(key):
+            out = dict(schema) if out is None else out
+            out[key] = value
+
+    for key in _SUBSCHEMA_MAPS:
+        mapping = schema.get(key)
+        if isinstance(mapping, dict):
+            relaxed = {name: lenient(sub, depth + 1) for name, sub in mapping.items()}
+            if any(relaxed[name] is not mapping[name] for name in mapping):
+                put(key, relaxed)
+    for key in _SUBSCHEMA_LISTS:
+        items = schema.get(key)
+        if isinstance(items, list):
+            relaxed_items = [lenient(sub, depth + 1) for sub in items]
+            if any(a is not b for a, b in zip(relaxed_items, items, strict=True)):
+                put(key, relaxed_items)
+    for key in _SUBSCHEMAS:
+        if key in schema:
+            put(key, lenient(schema[key], depth + 1))
+    required, properties = schema.get("required"), schema.get("properties")
+    if isinstance(required, list) and isinstance(properties, dict):
+        kept = [
+            name
+            for name in required
+            if not (isinstance(name, str) and isinstance(properties.get(name), dict) and "default" in properties[name])
+        ]
+        if len(kept) != len(required):
+            put("required", kept)
+    return schema if out is None else out
+
+
 def _ignore(problem: str) -> None:
     """A down server's problems: already reported while it was up."""
 
@@ -211,11 +260,11 @@ def build_registry(
                 server,
                 tool.name,
                 exposed_tool,
-                _compile(tool.input_schema),
+                _compile(checked := lenient(tool.input_schema)),
                 canonical=f"{server}{separator}{tool.name}",
                 local_name=exposed,
                 path_keys=frozenset(_path_keys(tool.input_schema)),
-                check=compile_check(tool.input_schema),
+                check=compile_check(checked),
             )
     by_remote = {(r.server, r.remote_name): r for r in routes.values()}
     prefixes = {

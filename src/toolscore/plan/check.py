@@ -61,7 +61,11 @@ def _set_path(target: dict[str, Any], dotted: str, value: Any) -> None:
 def _only_required_string(route: Route) -> str | None:
     schema = route.tool.input_schema
     props = schema.get("properties") or {}
-    required = [k for k in schema.get("required") or [] if (props.get(k) or {}).get("type") == "string"]
+    required = [
+        k
+        for k in schema.get("required") or []
+        if (props.get(k) or {}).get("type") == "string" and "default" not in (props.get(k) or {})
+    ]
     return required[0] if len(required) == 1 else None
 
 
