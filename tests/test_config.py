@@ -9,6 +9,7 @@ import pytest
 
 from toolscore.config import default_config_path, load_config, parse_config
 from toolscore.errors import ConfigError
+from toolscore.testing import captured_logs
 
 
 def write(tmp_path: Path, data: object) -> Path:
@@ -58,6 +59,20 @@ def test_variables_expand_with_defaults_and_the_config_dir(tmp_path: Path) -> No
     cfg = load_config(path, env={"ROOT": "/data"})
     assert cfg.servers["a"].command == f"{tmp_path.resolve()}/bin/x"
     assert cfg.servers["a"].args == ("/data", "fallback")
+
+
+def test_variables_expand_inside_constraints_too(tmp_path: Path) -> None:
+    """The README says "everywhere": `${TOOLSCORE_CONFIG_DIR}/docs` was kept as written, so every path
+    call was refused, with nothing said at load."""
+    paths = {"roots": ["${TOOLSCORE_CONFIG_DIR}/docs", "${DATA:-/srv}/x"]}
+    path = write(tmp_path, {"mcpServers": {}, "constraints": {"enabled": True, "arguments": {"paths": paths}}})
+    cfg = load_config(path, env={})
+    assert cfg.constraints.arguments.paths is not None
+    assert cfg.constraints.arguments.paths.roots == (f"{tmp_path.resolve()}/docs", "/srv/x")
+    unset = write(tmp_path, {"mcpServers": {}, "constraints": {"arguments": {"paths": {"roots": ["${NOPE}"]}}}})
+    with pytest.raises(ConfigError) as err:
+        load_config(unset, env={})
+    assert "constraints.arguments.paths.roots[0]" in str(err.value) and "NOPE" in str(err.value)
 
 
 def test_an_unset_variable_names_the_file_field_and_variable(tmp_path: Path) -> None:
@@ -130,3 +145,14 @@ def test_default_config_prefers_the_working_directory(tmp_path: Path, monkeypatc
     assert default_config_path(tmp_path) == tmp_path / "xdg" / "toolscore" / "servers.json"
     write(tmp_path, {"mcpServers": {}})
     assert default_config_path(tmp_path) == tmp_path / "servers.json"
+
+
+def test_an_unknown_key_in_a_server_entry_is_named_with_a_suggestion(tmp_path: Path) -> None:
+    """`"timout": 5` was ignored without a word: the server ran with the default deadline."""
+    path = write(tmp_path, {"mcpServers": {"a": {"command": "x", "timout": 5, "alwaysAllow": ["t"]}}})
+    with captured_logs() as logs:
+        cfg = load_config(path, env={})
+    assert cfg.servers["a"].timeout is None  # not guessed: still ignored, but said
+    warned = [e for e in logs if e["event"].startswith("unknown key")]
+    assert [(e["server"], e["key"], e["did_you_mean"]) for e in warned] == [("a", "timout", "timeout")]
+    assert warned[0]["file"] == str(path)

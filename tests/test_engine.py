@@ -11,13 +11,12 @@ from typing import Any
 import anyio
 import mcp_types
 import pytest
-import structlog.testing
 
 from tests.conftest import make_config
 from toolscore import EngineSettings, ExecutionContext, MemoryAuditSink, ToolExecutionEngine
 from toolscore.downstream.registry import Registry, build_registry
 from toolscore.errors import Rejected
-from toolscore.testing import FakeDownstream, memory_config, running_gateway
+from toolscore.testing import FakeDownstream, captured_logs, memory_config, running_gateway
 from toolscore.types import Arguments, ProgressFn
 
 pytestmark = pytest.mark.anyio
@@ -252,7 +251,7 @@ async def test_a_failing_audit_sink_loses_the_record_not_the_downstream_result()
     servers = FakeServers()
     sink = FullDisk()
     eng = ToolExecutionEngine(tools=servers, call=servers, audit=sink)
-    with structlog.testing.capture_logs() as logs:
+    with captured_logs() as logs:
         first = await eng.execute("srv__calc", {"n": 1})
         second = await eng.execute("srv__calc", {"n": 2})
         sink.heal()

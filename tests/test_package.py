@@ -13,6 +13,7 @@ PURE = [
     "errors.py",
     "_glob.py",
     "_json.py",
+    "_redact.py",
     "_naming.py",
     "_tokens.py",
     "audit/sinks.py",

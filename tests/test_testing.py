@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import mcp_types
 import pytest
+import structlog
 from mcp import Client
 
 from toolscore.testing import FakeDownstream, RecordingHook, memory_config, running_gateway
@@ -59,3 +60,21 @@ async def test_the_recording_hook_sees_every_phase_in_order() -> None:
         ("returned", "fx__echo"),
         ("post_execution", "fx__echo"),
     ]
+
+
+def test_captured_logs_sees_a_logger_the_gateway_already_cached() -> None:
+    """`structlog.testing.capture_logs` misses a logger used before it (cache_logger_on_first_use):
+    what a test captured depended on the tests before it."""
+    from toolscore._logging import configure_logging
+    from toolscore.testing import captured_logs
+
+    before = structlog.get_config()
+    configure_logging("info")
+    try:
+        logger = structlog.get_logger("toolscore.test-cache")
+        logger.info("first use caches the logger")
+        with captured_logs() as logs:
+            logger.warning("seen", n=1)
+    finally:
+        structlog.configure(**before)
+    assert [(e["event"], e["n"]) for e in logs] == [("seen", 1)]

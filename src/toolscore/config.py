@@ -22,6 +22,7 @@ typo there is an error rather than a silently ignored setting.
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import re
@@ -30,11 +31,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
+import structlog
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from toolscore._json import JsonPath, format_path, map_strings_at
 from toolscore.errors import ConfigError
+
+log = structlog.get_logger("toolscore.config")
 
 __all__ = [
     "DEFAULT_CONNECT_TIMEOUT",
@@ -625,6 +629,29 @@ class Config(_Frozen):
         return own if own is not None else self.settings.connect_timeout
 
 
+_OTHER_CLIENTS_KEYS = frozenset(
+    {"envFile", "alwaysAllow", "autoApprove", "disabledTools", "description", "transportType", "trust",
+     "includeTools", "excludeTools", "startup_timeout_sec", "tool_timeout_sec", "enabled", "icon", "version"}
+)  # fmt: skip
+"""Keys other MCP clients keep in a server entry: kept and ignored without a word."""
+
+
+def _warn_unknown_keys(server: ServerConfig, source: str | None) -> None:
+    """A key toolscore does not know (a typo such as `timout`) is ignored, but never silently."""
+    known = set(ServerConfig.model_fields)
+    for key in server.model_extra or {}:
+        if key in _OTHER_CLIENTS_KEYS:
+            continue
+        close = difflib.get_close_matches(key, known, n=1, cutoff=0.75)
+        log.warning(
+            "unknown key in a server entry: ignored",
+            file=source or "(inline)",
+            server=server.name,
+            key=key,
+            did_you_mean=close[0] if close else None,
+        )
+
+
 def _loc(parts: Sequence[int | str]) -> str:
     return format_path(parts, top="")
 
@@ -696,11 +723,18 @@ def parse_config(data: Any, *, source: str | None = None, env: Mapping[str, str]
         # A disabled entry may name variables that are not set on this machine.
         entry = raw if raw.get("disabled") is True else _expand(raw, variables, where, source)
         servers[name] = _validate(ServerConfig, {**entry, "name": name}, where, source)
+        _warn_unknown_keys(servers[name], source)
 
     settings = _validate(
         GatewaySettings, _expand(data.get("toolscore", {}), variables, ["toolscore"], source), ["toolscore"], source
     )
-    constraints = _validate(ConstraintsConfig, data.get("constraints", {}), ["constraints"], source)
+    # Paths in constraints name places as server entries do (`${TOOLSCORE_CONFIG_DIR}/docs`).
+    constraints = _validate(
+        ConstraintsConfig,
+        _expand(data.get("constraints", {}), variables, ["constraints"], source),
+        ["constraints"],
+        source,
+    )
     return Config(
         servers=servers,
         settings=settings,

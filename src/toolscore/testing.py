@@ -19,21 +19,23 @@ from __future__ import annotations
 
 import inspect
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, MutableMapping, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import mcp_types
+import structlog
 from mcp.server import Server, ServerRequestContext
+from structlog.testing import LogCapture
 
 from toolscore._engine import CallNext, ExecutionContext, PostExecutionHook, PreExecutionHook, WrapHook
 from toolscore._gateway import Gateway, open_gateway
 from toolscore.audit.sinks import MemoryAuditSink
 from toolscore.config import Config, parse_config
 
-__all__ = ["FakeDownstream", "RecordingHook", "memory_config", "running_gateway"]
+__all__ = ["FakeDownstream", "RecordingHook", "captured_logs", "memory_config", "running_gateway"]
 
 ToolFn = Callable[..., Awaitable[Any] | Any]
 _ANY_OBJECT: dict[str, Any] = {"type": "object"}
@@ -180,3 +182,21 @@ async def running_gateway(
     ) as gateway:
         await gateway.hub.wait_started()  # stdio servers of `config` too, past the start-up grace
         yield gateway, sink
+
+
+@contextmanager
+def captured_logs() -> Iterator[list[MutableMapping[str, Any]]]:
+    """Every event the gateway logs inside the block, as dicts (`event`, `log_level`, the fields).
+
+    `structlog.testing.capture_logs` configures a new processor list, which a logger already used
+    (the gateway caches its loggers on first use) never sees, so what it captures depends on which
+    test ran first. This swaps the contents of the list in force, which every logger shares.
+    """
+    processors = structlog.get_config()["processors"]
+    saved = list(processors)
+    capture = LogCapture()
+    processors[:] = [capture]
+    try:
+        yield capture.entries
+    finally:
+        processors[:] = saved

@@ -7,9 +7,8 @@ import stat
 from datetime import UTC, datetime
 from pathlib import Path
 
-import structlog.testing
-
 from toolscore import AuditRecord, JsonlAuditSink, read_audit
+from toolscore.testing import captured_logs
 
 
 def record(n: int) -> AuditRecord:
@@ -65,7 +64,7 @@ def test_rotation_keeps_backups_and_the_reader_reads_them_in_order(tmp_path: Pat
 def test_a_full_disk_loses_records_counts_them_and_never_raises(tmp_path: Path) -> None:
     # /dev/full: every write fails with ENOSPC, as on a full disk.
     sink = JsonlAuditSink("/dev/full")
-    with structlog.testing.capture_logs() as logs:
+    with captured_logs() as logs:
         sink.write(record(1))  # the call this record is of already ran: the sink must not raise
         sink.write(record(2))
     sink.close()
@@ -80,7 +79,7 @@ def test_a_rotation_that_fails_keeps_appending_to_the_current_file(tmp_path: Pat
     blocker.mkdir()
     (blocker / "keep").write_text("x")
     sink = JsonlAuditSink(path, max_bytes=300, backups=1)
-    with structlog.testing.capture_logs() as logs:
+    with captured_logs() as logs:
         for n in range(6):
             sink.write(record(n))
     sink.close()
