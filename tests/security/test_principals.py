@@ -23,7 +23,7 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from tests.conftest import TOOLSCORE, fixture_entry, free_port, text
+from tests.conftest import TOOLSCORE, fixture_entry, free_port, text, wait_for
 from toolscore.errors import ConfigError
 from toolscore.front.http import SINGLE_PRINCIPAL, parse_token_file
 
@@ -151,3 +151,13 @@ async def test_an_anonymous_stateless_request_to_a_per_client_server_is_refused_
     assert "one instance per client" in text(refused) and "token file" in text(refused), text(refused)
     async with client(open_front, None, "legacy") as session:  # a session is a client: it works
         assert text(await session.call_tool("fx__counter", {"key": "k"})) == "1"
+
+
+@pytest.mark.anyio
+async def test_a_sessions_own_instance_stops_when_the_session_ends(open_front: str) -> None:
+    """After `DELETE /mcp` (200) the session's instance ran on until the 10-minute idle limit."""
+    async with client(open_front, None, "legacy") as session:
+        pid = int(text(await session.call_tool("fx__pid", {})))
+        assert Path(f"/proc/{pid}").exists()
+    # The client closed its session (DELETE): the instance is stopped at the next reaping (5 s).
+    await wait_for(lambda: not Path(f"/proc/{pid}").exists(), 60)  # a hang detector, not a speed check

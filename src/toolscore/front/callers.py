@@ -19,6 +19,7 @@ from typing import Any
 
 import structlog
 from mcp.server import ServerRequestContext
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from toolscore._sdk import connection_of
 from toolscore.types import ANONYMOUS_CALLER
@@ -59,6 +60,11 @@ class Callers:
                 caller = f"c{next(self._counter)}"
                 self._ids[anchor] = caller
                 weakref.finalize(anchor, self._gone, caller)
+                if ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+                    # A handshake connection is the client's whole session: when it closes (stdio
+                    # EOF, `DELETE /mcp`) the caller is gone now, not whenever the channel is
+                    # collected (something may hold it for minutes: the session's instance did).
+                    connection.exit_stack.callback(self._gone, caller)
             return caller
         request = ctx.request
         scope = getattr(request, "scope", None)
