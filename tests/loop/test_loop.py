@@ -4,6 +4,7 @@ scripted OpenAI-compatible server on loopback, streaming token by token."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from time import perf_counter
 from typing import Any
@@ -321,3 +322,19 @@ async def test_delegate_is_listed_only_where_it_can_run(tmp_path: Path) -> None:
             assert "delegate" in {t.name for t in (await sampling.list_tools()).tools}
     async with loop_gateway(tmp_path, "http://127.0.0.1:9/v1") as (gw, _s), Client(gw.server) as configured:
         assert "delegate" in {t.name for t in (await configured.list_tools()).tools}
+
+
+async def test_a_tool_turn_gets_no_false_warning_and_unique_step_numbers(tmp_path: Path) -> None:
+    """Every observation said "the plan does not end with <execute_tools />" (the stop sequence,
+    never in the model's text), and a plan_error and the next item's result shared step="2"."""
+    bad = '<fx><echo>{"nope": 1}</echo></fx>'
+    turns = [ECHO.format("one") + bad + ECHO.format("two") + "<execute_tools />", "<answer>done</answer>"]
+    with scripted_model(turns) as model:
+        async with loop_gateway(tmp_path, model.url) as (gw, _s), Client(gw.server) as client:
+            await client.call_tool("delegate", {"task": "t"})
+    observation = model.requests[1]["messages"][-1]["content"]
+    assert "does not end with" not in observation
+    assert '<result step="1"' in observation and "<plan_error" in observation
+    results = {int(n) for n in re.findall(r'<result step="(\d+)"', observation)}
+    errors = {int(n) for n in re.findall(r'<plan_error [^>]*step="(\d+)"', observation)}
+    assert results == {1, 3} and errors == {2}, observation

@@ -105,6 +105,7 @@ class TurnCalls:
         episode = self._episode
         turn = parse_turn(
             text,
+            ends_with_stop=False,  # `<execute_tools />` is the stop sequence: never in the model's text
             first_step=episode.next_step,
             max_bytes=limits.max_bytes,
             max_steps=limits.max_steps,
@@ -166,6 +167,9 @@ class TurnCalls:
             checked = self._check(text)
         except (PlanSyntaxError, PlanCheckError) as exc:
             self.problems.extend(exc.problems)
+            # Its step numbers are spent: a later item of the turn must not be numbered the same.
+            numbered = [p.step for p in exc.problems if isinstance(p.step, int)]
+            self._episode.next_step = max(self._episode.next_step, max(numbered, default=0) + 1)
             self._event("plan_error", len(exc.problems))
             return
         over = self._budget.take_calls([c.route.server for c in checked.calls])

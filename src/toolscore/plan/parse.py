@@ -763,6 +763,7 @@ def parse_turn(
     max_steps: int = MAX_STEPS,
     max_depth: int = MAX_DEPTH,
     collect: bool = False,
+    ends_with_stop: bool = True,
 ) -> ParsedTurn:
     """Parse one model turn, in time linear in its size.
 
@@ -772,6 +773,8 @@ def parse_turn(
         max_bytes: The size cap.
         max_steps: The most calls the turn may have; reading stops at the first one more.
         max_depth: How deep blocks may nest (`plan.max_depth`, at most `MAX_DEPTH_CEILING`).
+        ends_with_stop: Whether the text should end with `<execute_tools />` (a plan's does; one
+            item of a `delegate` turn never does: the stop sequence ended the model's text).
         collect: Return the problems in the turn (`ParsedTurn.problems`) rather than raise them,
             so that the checker can add its own and a model sees them all in one round; a call
             whose arguments are broken gets `ArgsSpec("invalid")`.
@@ -798,7 +801,7 @@ def parse_turn(
     warnings = list(s.warnings)
     if s.dropped_warnings:
         warnings.append(f"{s.dropped_warnings} more warnings not shown")
-    if nodes and not s.stopped:
+    if nodes and not s.stopped and ends_with_stop:
         # Said the same for a run and a dry run: whether anything ran is the answer's to say.
         warnings.append("the plan does not end with <execute_tools />; it was read to the end of the text")
     if nodes and answer is not None:
