@@ -160,3 +160,38 @@ def http_gateway_process(config: Path, *, env: dict[str, str] | None = None) -> 
     finally:
         proc.terminate()
         assert proc.wait(timeout=20) == 0
+
+
+class _ProcessStarted(Exception):
+    """A test outside the `e2e` tier started a process."""
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
+    with _no_processes_unless_e2e(item):
+        yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    with _no_processes_unless_e2e(item):
+        yield
+
+
+@contextmanager
+def _no_processes_unless_e2e(item: pytest.Item) -> Iterator[None]:
+    """Keep the tiers true: the default tier runs in memory, so a test that starts a process (a
+    server, the gateway, a browser, redis) must be marked `e2e`; unmarked, it fails saying so."""
+    if item.get_closest_marker("e2e") is not None:
+        yield
+        return
+    original = subprocess.Popen.__init__
+
+    def refuse(self: subprocess.Popen[Any], args: Any, *rest: Any, **kwargs: Any) -> None:
+        raise _ProcessStarted(f"{item.nodeid} starts a process ({args!r:.80}): mark it `e2e`")
+
+    subprocess.Popen.__init__ = refuse  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        subprocess.Popen.__init__ = original  # type: ignore[method-assign]

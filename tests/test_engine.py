@@ -16,6 +16,7 @@ from tests.conftest import make_config
 from toolscore import EngineSettings, ExecutionContext, MemoryAuditSink, ToolExecutionEngine
 from toolscore.downstream.registry import Registry, build_registry
 from toolscore.errors import Rejected
+from toolscore.scope import CallScope
 from toolscore.testing import FakeDownstream, captured_logs, memory_config, running_gateway
 from toolscore.types import Arguments, ProgressFn
 
@@ -42,7 +43,7 @@ class FakeServers:
         self.timed_out.append(server)
 
     async def __call__(
-        self, server: str, tool: str, arguments: Arguments, *, progress: ProgressFn | None, caller: str | None
+        self, server: str, tool: str, arguments: Arguments, *, progress: ProgressFn | None, scope: CallScope
     ) -> mcp_types.CallToolResult:
         self.calls.append((tool, arguments))
         if tool == "slow":

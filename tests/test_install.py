@@ -8,8 +8,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from toolscore import parse_config
 from toolscore._install import install_servers
+
+pytestmark = pytest.mark.e2e  # they start processes
 
 
 def config(tmp_path: Path, install: dict[str, Any]) -> Any:

@@ -10,7 +10,7 @@ import pytest
 
 from toolscore._malloc import _glibc
 
-pytestmark = pytest.mark.skipif(not _glibc(), reason="glibc's allocator only")
+pytestmark = [pytest.mark.skipif(not _glibc(), reason="glibc's allocator only"), pytest.mark.e2e]
 
 # Two 1 MiB buffers alive at once and freed, as relaying a large result does; the page faults of
 # the process per round, once the allocator has settled.

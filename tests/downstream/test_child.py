@@ -15,6 +15,7 @@ from mcp import Client
 
 from tests.conftest import RAW_SERVER, fixture_entry, make_config, running_gateway, text, wait_for
 from toolscore.errors import DownstreamUnavailable
+from toolscore.scope import NO_CLIENT
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
 
@@ -75,7 +76,7 @@ async def test_a_server_that_exits_at_once_says_why_in_the_unavailable_message(t
     boom = {"command": sys.executable, "args": ["-c", "import sys; sys.stderr.write('boom\\n'); sys.exit(3)"]}
     async with running_gateway(make_config({"boom": boom}), tmp_path) as (gw, _):
         with pytest.raises(DownstreamUnavailable) as caught:
-            await gw.hub.call("boom", "anything", {}, progress=None)
+            await gw.hub.call("boom", "anything", {}, progress=None, scope=NO_CLIENT)
         assert "exit status 3" in str(caught.value)
         assert "stderr: boom" in str(caught.value)
         reason = gw.hub.unavailable_reason("boom")  # what the engine says of a routed call

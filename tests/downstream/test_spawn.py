@@ -13,6 +13,8 @@ import pytest
 from toolscore.config import ServerConfig
 from toolscore.downstream import spawn
 
+pytestmark = pytest.mark.e2e  # they start processes
+
 _WAIT = "import sys; sys.stdin.read()"
 """A server that runs until its stdin closes."""
 

@@ -19,6 +19,7 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 from tests.conftest import TOOLSCORE, fixture_entry, write_config
 
 pytestmark = [
+    pytest.mark.e2e,
     pytest.mark.anyio,
     pytest.mark.skipif(
         importlib.util.find_spec("uvloop") is None or not Path("/proc/self/maps").exists(),

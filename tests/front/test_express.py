@@ -20,7 +20,7 @@ from tests.fixtures.corpus_server import CASES
 from tests.front.test_fast import LineClient, appears, audit, corpus_config, gateway_in_process, result_bytes
 from toolscore.front.express import ExpressLane
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
 
 # What differs between two records of the same call: when, which, and how long.
 _PER_CALL = {"time", "call_id", "request_id", "duration_ms", "estimated_tokens"}

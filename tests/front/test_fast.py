@@ -33,7 +33,7 @@ from toolscore._lines import LineWriter, read_lines
 from toolscore.front.fast import FastCalls
 from toolscore.front.stdio import stdio_transport
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
 
 CORPUS_SERVER = str(Path(__file__).parent.parent / "fixtures" / "corpus_server.py")
 LATEST = "2025-11-25"

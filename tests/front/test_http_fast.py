@@ -37,7 +37,7 @@ from toolscore.front.http_fast import JSON_WINDOW, HttpCalls
 from toolscore.front.serve import http_app
 from toolscore.telemetry import tracing
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
 
 CORPUS_SERVER = str(Path(__file__).parent.parent / "fixtures" / "corpus_server.py")
 CONFORMANCE_SERVER = str(Path(__file__).parent.parent / "fixtures" / "conformance_server.py")

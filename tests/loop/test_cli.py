@@ -13,7 +13,7 @@ from tests.loop.conftest import loop_gateway
 from toolscore.audit.sinks import JsonlAuditSink
 from toolscore.cli import main
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
 
 
 async def two_tasks(tmp_path: Path) -> tuple[Path, Path]:

@@ -18,7 +18,7 @@ from tests.fixtures.scripted_model import HANG, scripted_model
 from tests.loop.conftest import loop_gateway
 from toolscore.loop.trajectory import read_trajectories, replay
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
 
 ECHO = '<fx><echo>{{"text": "{}"}}</echo></fx>'
 

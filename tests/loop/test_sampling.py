@@ -14,7 +14,7 @@ from tests.fixtures.scripted_model import scripted_model
 from tests.loop.conftest import loop_gateway
 from toolscore.loop.trajectory import read_trajectories, replay
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
 
 
 def sampler(turns: list[str], seen: list[mcp_types.CreateMessageRequestParams]) -> Any:

@@ -25,7 +25,7 @@ from toolscore.state import open_state
 from toolscore.state.redis_store import RedisState, RedisStreamSink, read_stream
 from toolscore.testing import memory_config
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
 
 
 def _record(n: int, tool: str = "fx__echo") -> AuditRecord:

@@ -100,8 +100,10 @@ def assert_linear(build: Callable[[int], str], n: int, bound: float, **kw: Any) 
     assert small_cpu < bound  # checked first: a quadratic parser would take minutes on the larger one
     _, large_cpu = timed(parse_and_check(build(4 * n), **kw))
     assert large_cpu < bound
-    if large_cpu > 0.005:  # below that, the ratio of two timings is mostly noise
-        assert large_cpu / small_cpu < 8, (small_cpu, large_cpu)
+    # Linear is 4x, quadratic 16x. Below 20 ms the ratio of two timings is mostly noise, and a
+    # machine kept busy by others (their cache misses are ours too) stretches it to about 9x.
+    if large_cpu > 0.02:
+        assert large_cpu / small_cpu < 12, (small_cpu, large_cpu)
 
 
 # -- 1. characters that are no characters ----------------------------------------------------------
