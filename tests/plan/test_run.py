@@ -95,6 +95,17 @@ async def test_fallback_tries_alternatives_in_order(gw: GW) -> None:
     assert statuses(result) == {1: "error", 2: "ok", 3: "skipped"}
 
 
+async def test_a_skipped_step_names_the_failure_that_stopped_the_plan_not_a_rescued_one(gw: GW) -> None:
+    result = await run(
+        gw[0],
+        '<fallback><fx><fail>{"message": "rescued"}</fail></fx><say>second</say></fallback>'
+        '<fx><fail>{"message": "fatal"}</fail></fx><say>after</say>',
+    )
+    assert statuses(result) == {1: "error", 2: "ok", 3: "error", 4: "skipped"}
+    assert step(result, 4)["error"].startswith("not run: the <sequential> stopped after step 3 ended error: ")
+    assert "fatal" in step(result, 4)["error"]
+
+
 async def test_a_block_whose_alternatives_all_fail_says_so(gw: GW) -> None:
     result = await run(gw[0], '<fallback id="f"><fx><fail>{"message": "a"}</fail></fx><fx><explode/></fx></fallback>')
     assert statuses(result) == {1: "error", 2: "error"}

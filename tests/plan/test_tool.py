@@ -152,6 +152,13 @@ async def test_a_failed_step_makes_the_plans_audit_record_a_failure(gw: GW) -> N
     assert (record.success, record.error_kind, record.outcome) == (False, "step_failed", {"error": 1})
 
 
+async def test_a_plan_a_fallback_rescued_is_audited_as_a_success(gw: GW) -> None:
+    result = await run(gw[0], '<fallback><fx><fail>{"message": "no"}</fail></fx><say>second</say></fallback>')
+    assert statuses(result) == {1: "error", 2: "ok"}
+    (record,) = [r for r in gw[1].records if r.tool == "orchestrate"]
+    assert (record.success, record.error_kind, record.outcome) == (True, None, {"error": 1, "ok": 1})
+
+
 async def test_a_plan_cannot_reach_a_tool_the_config_hides(tmp_path: Path) -> None:
     async with memory_gateway(tmp_path, {"fx": {"tools": {"deny": ["counter"]}}}) as (gateway, _):
         result = await run(gateway, '<fx><counter>{"key": "hidden"}</counter></fx>')

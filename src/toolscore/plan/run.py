@@ -231,6 +231,10 @@ class PlanRunner:
         self._caller = caller
         self._done = 0
         self.blocks: list[BlockOutcome] = []
+        # The plan's own outcome once `run` returns: `ok` when its blocks' rules say it
+        # succeeded, which a `<fallback>` that rescued a failed step still does.
+        self.status: Status = "skipped"
+        self._block_status: dict[int, Status] = {}
 
     async def run(self, plan: CheckedPlan, budget: float) -> bool:
         """Run the plan within `budget` seconds; returns False if the budget ran out."""
@@ -252,8 +256,9 @@ class PlanRunner:
         # cut short would show as `cancelled`.
         deadline = anyio.current_time() + budget
         with anyio.CancelScope(deadline=deadline) as scope:
-            await self._node(plan.root, deadline)
+            self.status = await self._node(plan.root, deadline)
         if scope.cancelled_caught:
+            self.status = "timeout"
             self.explain_budget(plan)
         return not scope.cancelled_caught
 
@@ -274,6 +279,7 @@ class PlanRunner:
                 status = await spec.run(node, self._node, min(deadline, own))
             if scope.cancelled_caught:
                 status, timed_out = "timeout", True
+        self._block_status[id(node)] = status
         self._explain_unrun(node, status)
         value = self._block_value(node, status)
         if block.id:
@@ -389,7 +395,7 @@ class PlanRunner:
         if not unrun:
             return
         kind = node.block.kind
-        failed = next((r for r in records if r.status not in ("ok", "skipped", "cancelled")), None)
+        failed = self._failure_in(node)
         winner = next((r for r in records if r.status == "ok"), None)
         if status == "ok" and winner is not None:
             reason = f"not run: step {winner.step}{_named(winner)} succeeded first and decided the <{kind}>"
@@ -399,6 +405,21 @@ class PlanRunner:
             reason = f"not run: the <{kind}> stopped before it"
         for record in unrun:
             record.error = reason
+
+    def _failure_in(self, node: CheckedBlock) -> StepRecord | None:
+        """The first failed step that counted in `node`: not one inside a child block that still
+        ended `ok` (a `<fallback>` rescued it), and one with `on_error="continue"` only if no other."""
+        failures: list[StepRecord] = []
+        for child in node.children:
+            if isinstance(child, CheckedBlock):
+                if self._block_status.get(id(child), "ok") != "ok":
+                    inner = self._failure_in(child)
+                    failures.extend([inner] if inner is not None else [])
+            else:
+                record = self._episode.steps[child.step]
+                if record.status not in ("ok", "skipped", "cancelled"):
+                    failures.append(record)
+        return next((r for r in failures if r.on_error != "continue"), failures[0] if failures else None)
 
     def explain_budget(self, plan: CheckedPlan) -> None:
         """After the budget ran out: the steps that never started say so."""

@@ -295,7 +295,10 @@ class Orchestrator:
             intermediate=_referenced_steps(checked),
         )
         outcome: Counter[str] = Counter(r.status for r in records)
-        self._audit_plan(plan, request_id, plan_id, began, dict(outcome), success=outcome.get("ok", 0) == len(records))
+        # The plan's own outcome, not every step's: a failed alternative a `<fallback>` recovered
+        # from, or a step with `on_error="continue"`, leaves a solved task solved.
+        success = finished and runner.status == "ok"
+        self._audit_plan(plan, request_id, plan_id, began, dict(outcome), success=success)
         structured = {"episode": episode.id, "plan_id": plan_id, "completed": finished, "steps": steps}
         return _text(text, structured=structured)
 
