@@ -15,8 +15,11 @@ from toolscore.front.http_input import check_body, problem
 pytestmark = pytest.mark.anyio
 
 
-async def _post(body: bytes, content_type: str | None = "application/json", chunk: int = 0) -> tuple[int, Any, bytes]:
-    """POST `body` (in chunks of `chunk` bytes, if given) through `check_body`; (status, JSON, what the app read)."""
+async def _post(
+    body: bytes, content_type: str | None = "application/json", chunk: int = 0, limit: int = 4 << 20
+) -> tuple[int, Any, bytes]:
+    """POST `body` (in chunks of `chunk` bytes, if given) through `check_body` with the app's size
+    `limit`; (status, JSON, what the app read)."""
     headers = [(b"content-type", content_type.encode())] if content_type is not None else []
     scope = {"type": "http", "method": "POST", "path": "/mcp", "headers": headers}
     parts = [body[i : i + chunk] for i in range(0, len(body), chunk)] if chunk else [body]
@@ -39,7 +42,7 @@ async def _post(body: bytes, content_type: str | None = "application/json", chun
         await send({"type": "http.response.start", "status": 299, "headers": []})
         await send({"type": "http.response.body", "body": b"{}"})
 
-    await check_body(app, scope, receive, send)
+    await check_body(app, scope, receive, send, limit=limit)
     status = sent[0]["status"]
     payload = b"".join(m.get("body", b"") for m in sent[1:])
     return status, json.loads(payload), bytes(seen)
@@ -94,9 +97,20 @@ async def test_everything_else_is_the_sdks_to_answer(body: bytes) -> None:
     assert problem(body) is None
 
 
-async def test_a_body_past_the_check_size_passes_through_unchecked() -> None:
+async def test_a_body_past_the_apps_size_limit_passes_through_for_it_to_refuse() -> None:
     body = b'{"jsonrpc": "2.0", "id": {"x": 1}, "pad": "' + b"x" * (2 << 20) + b'"}'
-    assert await _post(body, chunk=64 * 1024) == (299, {}, body)
+    assert await _post(body, chunk=64 * 1024, limit=1 << 20) == (299, {}, body)
+
+
+@pytest.mark.parametrize(
+    "hostile", [b'"id": "\\ud800"', b'"id": 1, "pad": "\xed\xa0\x80"', b'"id": 1, "pad": "\\udc00"']
+)
+async def test_a_large_body_below_the_limit_is_checked_whole(hostile: bytes) -> None:
+    # Past 1 MiB, such bodies once reached the SDK: the call ran, its id echoed unreadable.
+    pad = b"x" * (2 << 20)
+    body = b'{"jsonrpc": "2.0", "method": "tools/call", ' + hostile + b', "params": {"x": "' + pad + b'"}}'
+    status, reply, seen = await _post(body, chunk=64 * 1024)
+    assert (status, reply["error"]["code"], reply["id"], seen) == (400, -32700, 1 if b"udc00" in hostile else None, b"")
 
 
 async def test_other_methods_and_a_client_that_leaves_go_to_the_app() -> None:

@@ -56,6 +56,9 @@ BAD_LINES = {
     "surrogate-tool-name": _call(b"10", b"\\ud800", b"{}"),
     "truncated-utf8-at-end": _call(b"11", b"fx__echo", b'{"text":"\xe2\x82"}'),
     "nul-and-overlong": _call(b"12", b"fx__echo", b'{"text":"\xc0\xaf\x00"}'),
+    # Past 1 MiB (below the 4 MiB request limit), where the HTTP front once stopped checking.
+    "large-surrogate-id": _call(b'"\\ud800"', b"fx__echo", b'{"text":"' + b"x" * (2 << 20) + b'"}'),
+    "large-encoded-surrogate": _call(b"14", b"fx__echo", b'{"text":"\xed\xa0\x80' + b"x" * (2 << 20) + b'"}'),
 }
 """Each line and the id its answer may carry (`null`, or the line's own where it can be read)."""
 

@@ -23,7 +23,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from toolscore.config import TOKEN_ENV, HttpSettings
+from toolscore.config import DEFAULT_MAX_REQUEST_BYTES, TOKEN_ENV, HttpSettings
 from toolscore.errors import ConfigError
 from toolscore.front.callers import PRINCIPAL_SCOPE_KEY
 from toolscore.front.http_input import check_body
@@ -276,8 +276,11 @@ class HttpGuard:
         security: TransportSecuritySettings,
         token: BearerToken | None,
         public: frozenset[str] = frozenset(),
+        max_body: int = DEFAULT_MAX_REQUEST_BYTES,
     ) -> None:
         self._app = app
+        self._max_body = max_body
+        """The app's body size limit: every body up to it is checked (`check_body`)."""
         self._hosts = TransportSecurityMiddleware(security)  # the SDK's own Host/Origin rules
         self._token = token
         self._public = public
@@ -309,7 +312,7 @@ class HttpGuard:
         if not scope["path"].startswith("/mcp"):  # the gateway's own pages (/metrics, /ui) read their own bodies
             await self._app(scope, receive, send)
             return
-        await check_body(self._app, scope, receive, send)  # JSON-RPC errors the SDK would not send
+        await check_body(self._app, scope, receive, send, limit=self._max_body)  # errors the SDK would not send
 
     @staticmethod
     def _principal(request: Request, token: BearerToken) -> str | None:

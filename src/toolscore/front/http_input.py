@@ -10,9 +10,13 @@ stdio front does:
 - a message with no `method` (and no `result`/`error`) gets -32602 with a pydantic dump: here,
   -32600 "not a JSON-RPC 2.0 message".
 
-Bodies are parsed a second time only when a cheap scan says one of the last two may apply (or
-for a batch), and only up to `_CHECK_BYTES`; a larger body passes through untouched to the SDK's
-own size limit.
+A body that is not UTF-8, or whose strings hold a lone surrogate (`\\ud800`, or the bytes ED A0 80
+that `json.loads` lets through), gets -32700 here too: the SDK would run the call and fail later
+with an internal error, or echo an id no client can read.
+
+Bodies are parsed a second time only when a cheap scan says one of these may apply (or for a
+batch). Every body up to the request size limit is checked; a larger one passes through to the
+SDK, which refuses it (413) without parsing it.
 """
 
 from __future__ import annotations
@@ -26,10 +30,10 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from toolscore._json import holds_unpaired_surrogate
 from toolscore._lines import answerable_id
+from toolscore.config import DEFAULT_MAX_REQUEST_BYTES
 
 __all__ = ["check_body"]
 
-_CHECK_BYTES = 1 << 20
 _SUSPECT_ID = re.compile(rb'"id"\s*:\s*[\[{tfn]')  # an object, array, true, false or null id
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")  # \ud800-\udfff: paired, or not (then -32700)
 
@@ -81,8 +85,13 @@ def _unpaired(body: bytes) -> JSONResponse | None:
     return _error(-32700, "Parse error: a string holds a lone surrogate (U+D800 to U+DFFF)", request_id)
 
 
-async def check_body(app: ASGIApp, scope: Scope, receive: Receive, send: Send) -> None:
-    """Run `app`, answering first for a POST whose content type or message it would misread."""
+async def check_body(
+    app: ASGIApp, scope: Scope, receive: Receive, send: Send, *, limit: int = DEFAULT_MAX_REQUEST_BYTES
+) -> None:
+    """Run `app`, answering first for a POST whose content type or message it would misread.
+
+    `limit`: the app's own body size limit (a larger body is its to refuse, unread).
+    """
     if scope["type"] != "http" or scope["method"] != "POST":
         await app(scope, receive, send)
         return
@@ -95,7 +104,7 @@ async def check_body(app: ASGIApp, scope: Scope, receive: Receive, send: Send) -
         return
     buffered: list[Message] = []
     size, complete = 0, False
-    while size <= _CHECK_BYTES:
+    while size <= limit:
         message = await receive()
         buffered.append(message)
         if message["type"] != "http.request":

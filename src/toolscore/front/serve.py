@@ -147,6 +147,7 @@ def http_app(
         security=exposure.security,
         token=exposure.token,
         public=PUBLIC_PATHS & set(pages or ()),
+        max_body=max_request_bytes,
     )
 
 
