@@ -75,6 +75,19 @@ def test_an_original_uri_from_a_tool_result_routes_to_the_one_server_listing_it(
     assert both.route_uri("x://both") is None
 
 
+def test_an_original_uri_matching_one_prefixed_servers_template_routes_to_it() -> None:
+    config = make_config({"a": STDIO, "b": STDIO})
+    catalog = build_catalog(
+        {"a": lists(templates=("test://template/{id}/data",)), "b": lists(templates=("demo://{kind}/{n}",))},
+        config,
+    )
+    assert catalog.route_uri("test://template/42/data") == ("a", "test://template/42/data")
+    assert catalog.route_uri("demo://resource/2") == ("b", "demo://resource/2")
+    assert catalog.route_uri("other://x") is None
+    both = build_catalog({"a": lists(templates=("t://{x}",)), "b": lists(templates=("t://{y}",))}, config)
+    assert both.route_uri("t://1") is None  # two owners: no guess
+
+
 def test_down_servers_are_routed_but_not_listed() -> None:
     config = make_config({"a": STDIO})
     catalog = build_catalog({"a": lists("x://1", templates=("t://{a}",), prompts=("p",))}, config, down={"a"})

@@ -141,6 +141,41 @@ async def test_a_downstream_list_change_reaches_the_client(gateway: Gateway) -> 
         assert text(await client.call_tool("fx__fresh", {"text": "new"})) == "new"
 
 
+async def test_a_list_change_the_server_announces_is_passed_on_even_when_the_list_reads_the_same() -> None:
+    tools = [mcp_types.Tool(name="flip", input_schema={"type": "object"})]
+
+    async def list_tools(
+        ctx: ServerRequestContext[Any], params: mcp_types.PaginatedRequestParams | None
+    ) -> mcp_types.ListToolsResult:
+        return mcp_types.ListToolsResult(tools=list(tools))
+
+    async def call_tool(
+        ctx: ServerRequestContext[Any], params: mcp_types.CallToolRequestParams
+    ) -> mcp_types.CallToolResult:
+        # A tool added and removed again: the lists the gateway reads before and after are equal.
+        tools.append(mcp_types.Tool(name="brief", input_schema={"type": "object"}))
+        await ctx.session.send_tool_list_changed()
+        tools.pop()
+        await ctx.session.send_tool_list_changed()
+        return mcp_types.CallToolResult(content=[mcp_types.TextContent(text="flipped")])
+
+    changed = anyio.Event()
+
+    async def on_message(message: Any) -> None:
+        if isinstance(message, mcp_types.ToolListChangedNotification):
+            changed.set()
+
+    server = Server("flip", on_list_tools=list_tools, on_call_tool=call_tool)
+    async with (
+        running_gateway({"fx": server}) as (gw, _),
+        Client(gw.server, mode="legacy", message_handler=on_message) as client,
+    ):
+        assert text(await client.call_tool("fx__flip", {})) == "flipped"
+        with anyio.fail_after(10):  # a hang detector: the notice never came
+            await changed.wait()
+        assert [t.name for t in (await client.list_tools()).tools if t.name.startswith("fx__")] == ["fx__flip"]
+
+
 async def test_paginated_tool_lists_are_read_to_the_end(tmp_path: Path) -> None:
     async with memory_gateway(tmp_path, {"fx": {"page_size": 5}}) as (gw, _):
         assert len(gw.hub.registry.routes) == 18

@@ -127,3 +127,51 @@ async def test_one_clients_calls_in_flight_get_its_own_answers(tmp_path: Path, w
         if what == "log":
             await anyio.wait_all_tasks_blocked()
         assert len(a.seen[what]) == 2
+
+
+def _plan(what: str) -> str:
+    return f'<bc><ask>{{"what": "{what}", "text": "A-secret plan"}}</ask></bc>'
+
+
+@pytest.mark.parametrize("what", ["sampling", "elicitation"])
+async def test_a_plan_steps_requests_go_to_its_client(tmp_path: Path, what: str) -> None:
+    """A plan step's call is its client's call: the server's request reaches that client."""
+    async with running_gateway(_config(tmp_path), tmp_path) as (gw, _):
+        a = FrontClient(gw, "A")
+        answers: list[mcp_types.CallToolResult] = []
+        async with a.client as client:
+
+            async def run_plan() -> None:
+                answers.append(await client.call_tool("orchestrate", {"plan": _plan(what)}))
+
+            with anyio.fail_after(60):  # a hang detector
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(run_plan)
+                    await client.call_tool("bc__release", {"count": 1})
+        assert a.seen[what] == ["A-secret plan"], text(answers[0])
+        assert "refused" not in text(answers[0])
+
+
+@pytest.mark.parametrize("what", ["sampling", "elicitation"])
+async def test_a_plan_steps_requests_beside_another_clients_call_are_refused(tmp_path: Path, what: str) -> None:
+    """Beside another client's call on the same instance, a plan step's request is refused, never
+    handed to the other client (the step counts as its own client's call, not as nobody's)."""
+    async with running_gateway(_config(tmp_path), tmp_path) as (gw, _):
+        a, b = FrontClient(gw, "A"), FrontClient(gw, "B")
+        results: dict[str, mcp_types.CallToolResult] = {}
+        async with a.client as client_a, b.client as client_b:
+
+            async def run_plan() -> None:
+                results["A"] = await client_a.call_tool("orchestrate", {"plan": _plan(what)})
+
+            async def ask_b() -> None:
+                results["B"] = await client_b.call_tool("bc__ask", {"what": what, "text": "B-secret"})
+
+            with anyio.fail_after(60):
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(run_plan)
+                    tg.start_soon(ask_b)
+                    await client_b.call_tool("bc__release", {"count": 2})
+        assert not b.saw_text_of("A") and not a.saw_text_of("B")
+        assert not a.seen[what] and not b.seen[what]
+        assert "several clients" in text(results["A"]) and "several clients" in text(results["B"])

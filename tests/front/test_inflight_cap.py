@@ -107,3 +107,31 @@ async def test_one_clients_cap_leaves_another_client_its_own(tmp_path: Path) -> 
         assert [text(r) for r in results] == ["logged"] * CAP
         kinds: list[Any] = [r.error_kind for r in sink.records if r.tool == "bc__ask"]
         assert kinds.count("rejected") == 1
+
+
+async def test_a_plan_holds_one_of_its_clients_calls_in_flight(tmp_path: Path) -> None:
+    # orchestrate runs no engine call of its own: once, any number of plans ran at once uncounted.
+    cfg = make_config({"bc": SERVER}, toolscore={"max_calls_in_flight": CAP})
+    async with (
+        running_gateway(cfg, tmp_path) as (gw, _),
+        Client(gw.server, mode="legacy") as busy,
+        Client(gw.server, mode="legacy") as other,
+    ):
+        plans: list[mcp_types.CallToolResult] = []
+
+        async def plan(n: int) -> None:
+            step = f'<call server="bc" tool="ask">{{"what": "log", "text": "{n}"}}</call>'
+            plans.append(await busy.call_tool("orchestrate", {"plan": step}))
+
+        with anyio.fail_after(60):  # a hang detector
+            async with anyio.create_task_group() as tg:
+                for n in range(CAP):
+                    tg.start_soon(plan, n)
+                await anyio.wait_all_tasks_blocked()
+                for name, arguments in (("orchestrate", {"plan": "<bc__ask/>"}), ("bc__ask", {})):
+                    refused = await busy.call_tool(name, arguments)
+                    assert refused.is_error and f"{CAP} calls in flight" in text(refused), text(refused)
+                assert text(await other.call_tool("bc__release", {"count": CAP})) == "released"
+        assert len(plans) == CAP and all(not p.is_error and "logged" in text(p) for p in plans), [text(p) for p in plans]
+        # Every slot was given back: the busy client is served again.
+        assert text(await busy.call_tool("bc__ask", {"what": "log", "text": "again"})) == "logged"

@@ -84,6 +84,15 @@ async def test_clashing_uris_and_prompt_names_are_namespaced_and_routed_back(
             await client.read_resource("toolscore://nobody/test://static-text")
 
 
+async def test_a_raw_uri_expanded_from_a_prefixed_servers_template_reaches_it(tmp_path: Path) -> None:
+    # What a client following a tool result's resource link sends: the server's own URI.
+    config = make_config({"a": entry()})
+    async with running_gateway(config, tmp_path) as (gateway, _), Client(gateway.server, mode="legacy") as client:
+        read = await client.read_resource("test://template/42/data")
+        assert '"id": "42"' in texts(read)[0]
+        assert [str(c.uri) for c in read.contents] == ["toolscore://a/test://template/42/data"]
+
+
 async def test_completion_is_routed_to_the_owner_of_the_prompt_or_template(
     pair: tuple[Gateway, MemoryAuditSink],
 ) -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import subprocess
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -27,7 +26,8 @@ from tests.conftest import TOOLSCORE, fixture_entry, free_port, text, wait_for
 from toolscore.errors import ConfigError
 from toolscore.front.http import SINGLE_PRINCIPAL, parse_token_file
 
-ALICE, BOB = secrets.token_urlsafe(24), secrets.token_urlsafe(24)
+# Fixed, not random: they appear in test ids, which every xdist worker must collect alike.
+ALICE, BOB = "alice-0123456789abcdefghij", "bob-9876543210zyxwvutsrqpo"
 
 
 # --- the token file (no process) -----------------------------------------------------------------
