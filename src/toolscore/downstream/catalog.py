@@ -153,8 +153,8 @@ class Catalog:
 
         A namespaced URI names its server. Any other URI goes to the unprefixed server that lists
         it or whose template matches it, else to the only unprefixed server there is, else to the
-        one server that lists it under its own namespace (a tool result's resource links carry the
-        server's own URIs).
+        one server that lists it under its own namespace, else to the one namespaced server whose
+        template matches it (a tool result's resource links carry the server's own URIs).
         """
         if uri.startswith(SCHEME):
             server, slash, original = uri[len(SCHEME) :].partition("/")
@@ -172,6 +172,10 @@ class Catalog:
         owners = {r.server for r in self.resources.values() if r.uri == uri and r.server in self.namespaced}
         if len(owners) == 1:
             return owners.pop(), uri
+        if not owners:
+            matching = {t.server for t in self.templates.values() if t.server in self.namespaced and t.matches(uri)}
+            if len(matching) == 1:
+                return matching.pop(), uri
         return None
 
     def route_template(self, uri_template: str) -> tuple[str, str] | None:

@@ -221,6 +221,9 @@ class Downstream:
         self._client: Client | None = None
         self._lost = anyio.Event()
         self._relist = anyio.Event()
+        self.announced: dict[str, int] = {}
+        """How many `<kind>/list_changed` the server sent, per kind: the hub passes each on even when
+        the lists it re-reads are unchanged (a tool added and removed again)."""
         self.breaker = Breaker(config.breaker_failures, config.breaker_cooldown, config.health_failures)
         """Failed health checks in a row (`toolscore.downstream.hub` runs them); open: calls fail fast."""
         self.capabilities: mcp_types.ServerCapabilities | None = None
@@ -722,6 +725,8 @@ class Downstream:
 
     async def _on_message(self, message: IncomingMessage) -> None:
         if isinstance(message, _LIST_CHANGES):
+            kind = message.method.split("/")[1]  # notifications/<kind>/list_changed
+            self.announced[kind] = self.announced.get(kind, 0) + 1
             self._relist.set()  # re-list in the connection's task, not inside the message loop
         elif isinstance(message, mcp_types.ResourceUpdatedNotification):
             if self.on_resource_updated is not None:

@@ -102,6 +102,7 @@ class DownstreamHub:
         self._listeners: list[ToolsChangedListener] = []
         self._closing = False
         self._problems: set[str] = set()
+        self._announced: dict[str, dict[str, int]] = {}  # each server's `announced`, as last passed on
         self._task_group: TaskGroup | None = None
         self._instances: dict[tuple[str, str], _Instance] = {}
         self._gone: set[str] = set()
@@ -361,6 +362,16 @@ class DownstreamHub:
         for downstream in self.downstreams.values():
             await downstream.first_attempt.wait()
 
+    def _new_announcements(self, known: list[Downstream]) -> set[str]:
+        """The list kinds a server announced a change of since the last rebuild: passed on even when
+        the lists read again are equal, since the server said they changed (a tool added, then removed)."""
+        kinds: set[str] = set()
+        for downstream in known:
+            seen = self._announced.get(downstream.name, {})
+            kinds.update(kind for kind, count in downstream.announced.items() if seen.get(kind, 0) != count)
+            self._announced[downstream.name] = dict(downstream.announced)
+        return kinds
+
     async def _rebuild(self) -> None:
         # A server that was up once and is down now keeps its last tools routed (not listed), so
         # a call to one answers "restarting, retry in ..." rather than "unknown tool".
@@ -372,7 +383,8 @@ class DownstreamHub:
             if problem not in self._problems:
                 log.warning("tool not exposed as listed", problem=problem)
         self._problems = set(registry.problems)
-        changed = [t.model_dump(by_alias=True) for t in registry.tools()] != [
+        announced = self._new_announcements(known)
+        changed = "tools" in announced or [t.model_dump(by_alias=True) for t in registry.tools()] != [
             t.model_dump(by_alias=True) for t in self.registry.tools()
         ]
         self.registry = registry
@@ -389,7 +401,7 @@ class DownstreamHub:
                 ("prompts", self.catalog.listed_prompts(), catalog.listed_prompts()),
             )
             if old != new
-        )
+        ) | (announced & {"resources", "prompts"})
         self.catalog = catalog
         if changed and not self._closing:
             for listener in self._listeners:
