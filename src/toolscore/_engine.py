@@ -429,15 +429,28 @@ class ToolExecutionEngine:
         else:
             self._in_flight.pop(caller, None)  # callers come and go: keep only those with calls in flight
 
+    def take_slot(self, caller: str) -> bool:
+        """Hold one of `caller`'s calls in flight for a front call that makes no engine call of its
+        own (`orchestrate`, `delegate`: their steps are theirs). False, and nothing held: the caller
+        has as many as allowed (`over_cap_text` says so). `give_slot` gives it back."""
+        return self._settings.max_calls_in_flight is None or self._enter(caller)
+
+    def give_slot(self, caller: str) -> None:
+        """The end of a call `take_slot` admitted."""
+        if self._settings.max_calls_in_flight is not None:
+            self._leave(caller)
+
+    def over_cap_text(self) -> str:
+        """What a call over its caller's cap is answered."""
+        return (
+            f"this client has {self._settings.max_calls_in_flight} calls in flight, the most "
+            "toolscore.max_calls_in_flight allows; retry once some have finished"
+        )
+
     def _over_cap(self, ctx: ExecutionContext) -> CallOutcome:
         """The answer to a call over its caller's cap, at once: nothing waits, nothing is queued
         (the caller's other calls may be waiting on this same client, for its sampling answer)."""
-        cap = self._settings.max_calls_in_flight
-        ctx.error = Rejected(
-            f"this client has {cap} calls in flight, the most toolscore.max_calls_in_flight allows; "
-            "retry once some have finished",
-            hook="in_flight",
-        )
+        ctx.error = Rejected(self.over_cap_text(), hook="in_flight")
         ctx.phase = ExecutionPhase.ERROR_HANDLING
         ctx.result = self._error_result(ctx.error)
         self._finish(ctx)

@@ -132,6 +132,8 @@ async def test_a_plan_holds_one_of_its_clients_calls_in_flight(tmp_path: Path) -
                     refused = await busy.call_tool(name, arguments)
                     assert refused.is_error and f"{CAP} calls in flight" in text(refused), text(refused)
                 assert text(await other.call_tool("bc__release", {"count": CAP})) == "released"
-        assert len(plans) == CAP and all(not p.is_error and "logged" in text(p) for p in plans), [text(p) for p in plans]
+        assert len(plans) == CAP and all(not p.is_error and "logged" in text(p) for p in plans), [
+            text(p) for p in plans
+        ]
         # Every slot was given back: the busy client is served again.
         assert text(await busy.call_tool("bc__ask", {"what": "log", "text": "again"})) == "logged"

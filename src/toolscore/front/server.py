@@ -257,6 +257,11 @@ def build_server(
     ) -> mcp_types.CallToolResult | mcp_types.InputRequiredResult:
         progress = _progress_of(ctx)
         caller = callers.identify(ctx)
+        # A plan or a delegation is one of its client's calls in flight (its steps are its own):
+        # refused at once over the cap, as a passthrough call is in the engine.
+        held = params.name in (ORCHESTRATE, DELEGATE)
+        if held and not engine.take_slot(caller):
+            return error_result(engine.over_cap_text())
         try:
             # The downstream's requests and logs go back to this client while the call lasts.
             with on_behalf_of(peer_for(ctx)):
@@ -268,6 +273,9 @@ def build_server(
         except Exception:
             log.exception("internal error", tool=params.name)
             return error_result(f"Error executing tool {params.name}: internal gateway error (see the gateway log).")
+        finally:
+            if held:
+                engine.give_slot(caller)
         if not isinstance(answer, CallOutcome):
             return answer
         error = answer.error
