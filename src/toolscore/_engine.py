@@ -49,6 +49,7 @@ from toolscore.errors import (
     ToolNotFound,
     ToolscoreError,
 )
+from toolscore.scope import NO_CLIENT, CallScope
 from toolscore.telemetry import tracing
 from toolscore.types import Arguments, CallDownstream, CallDownstreamRaw, ProgressFn, ToolSource
 
@@ -94,6 +95,9 @@ class ExecutionContext:
     request_id: str | None = None
     session_id: str | None = None
     """The front client connection this call came from (rate limits per session)."""
+    scope: CallScope = NO_CLIENT
+    """Who the call is for, as the downstream connection sees it (`toolscore.scope`): its client
+    receives the server's requests and logs during the call."""
     confirm: ConfirmFn | None = field(default=None, repr=False)
     """Asks the user a yes/no question, when the front client can (elicitation)."""
     timeout: float | None = None
@@ -365,6 +369,7 @@ class ToolExecutionEngine:
         route: Route | None = None,
         invoke: Invoke | None = None,
         raw_for: str | None = None,
+        scope: CallScope | None = None,
     ) -> CallOutcome:
         """Run one call; never raises for anything a model could cause.
 
@@ -383,6 +388,8 @@ class ToolExecutionEngine:
                 result, goes through the post hooks like any other.
             raw_for: The front client's protocol version: the result may then stay the bytes the
                 server wrote (`CallOutcome.raw`), when no hook needs to read it.
+            scope: The front request's scope (its client's back-channel); by default one with
+                `session_id` as its caller and no client to ask.
 
         Returns:
             The result (an error result on failure) and the finished context.
@@ -399,6 +406,7 @@ class ToolExecutionEngine:
             invoke=invoke,
             route=route,
             raw_for=raw_for if self.keeps_raw_results else None,
+            scope=scope if scope is not None else NO_CLIENT if session_id is None else CallScope(session_id),
         )
         caller = session_id if plan_id is None and self._settings.max_calls_in_flight is not None else None
         if caller is not None and not self._enter(caller):
@@ -622,7 +630,7 @@ class ToolExecutionEngine:
                         ctx.route.remote_name,
                         ctx.arguments,
                         progress=ctx.progress,
-                        caller=ctx.session_id,
+                        scope=ctx.scope,
                         protocol_version=ctx.raw_for,
                     )
                     if isinstance(answer, RawResult):
@@ -630,7 +638,7 @@ class ToolExecutionEngine:
                         return _STAND_IN[answer.is_error]
                     return answer
                 return await self._call(
-                    ctx.route.server, ctx.route.remote_name, ctx.arguments, progress=ctx.progress, caller=ctx.session_id
+                    ctx.route.server, ctx.route.remote_name, ctx.arguments, progress=ctx.progress, scope=ctx.scope
                 )
         except TimeoutError:  # a deadline inside the call, as the SDK's own
             pass

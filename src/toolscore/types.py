@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import mcp_types
 
 from toolscore.downstream.raw import RawResult
 from toolscore.downstream.registry import Registry
+
+if TYPE_CHECKING:
+    from toolscore.scope import CallScope
 
 __all__ = ["ANONYMOUS_CALLER", "Arguments", "CallDownstream", "CallDownstreamRaw", "ProgressFn", "ToolSource"]
 
@@ -32,7 +35,7 @@ class CallDownstream(Protocol):
     """
 
     async def __call__(
-        self, server: str, tool: str, arguments: Arguments, *, progress: ProgressFn | None, caller: str | None
+        self, server: str, tool: str, arguments: Arguments, *, progress: ProgressFn | None, scope: CallScope
     ) -> mcp_types.CallToolResult: ...
 
 
@@ -46,7 +49,7 @@ class CallDownstreamRaw(Protocol):
         arguments: Arguments,
         *,
         progress: ProgressFn | None,
-        caller: str | None,
+        scope: CallScope,
         protocol_version: str,
     ) -> RawResult | mcp_types.CallToolResult: ...
 

@@ -21,6 +21,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from enum import StrEnum
+from functools import partial
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
@@ -47,11 +48,12 @@ from toolscore._version import __version__
 from toolscore.config import ServerConfig
 from toolscore.downstream.breaker import Breaker, BreakerState
 from toolscore.downstream.catalog import ServerLists
-from toolscore.downstream.modern import ModernLink, RelayedError, RelayedInputRequired, front_call
+from toolscore.downstream.modern import ModernLink, RelayedError, RelayedInputRequired
 from toolscore.downstream.raw import ConnectionLost, RawChannel, RawResult
-from toolscore.downstream.relay import Peer, attribute, calling_peer, no_peer_error, unattributable_error
+from toolscore.downstream.relay import Peer, attribute, no_peer_error, unattributable_error
 from toolscore.downstream.transports import Transport
 from toolscore.errors import DownstreamProtocolError, DownstreamUnavailable
+from toolscore.scope import CallScope
 from toolscore.telemetry import tracing
 from toolscore.types import Arguments, ProgressFn
 
@@ -170,6 +172,10 @@ async def _watched(
         lost.set()
 
 
+def _nothing() -> None:
+    """What `Downstream.serving` returns for a call with no client to release."""
+
+
 def _describe(exc: BaseException) -> str:
     """One line for an exception, unwrapping the groups task groups raise."""
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
@@ -241,6 +247,9 @@ class Downstream:
         self._task_group: anyio.abc.TaskGroup | None = None
         self._roots_peer: Peer | None = None
         """The client that announced a roots change, for the server's next `roots/list` (one answer)."""
+        self.opened_for: Peer | None = None
+        """The client whose call started this connection (a per-client instance), for a `roots/list`
+        the server sends while no call is in flight on it (as it starts)."""
 
     # -- status ---------------------------------------------------------------------------------
 
@@ -270,8 +279,10 @@ class Downstream:
     # -- calls ----------------------------------------------------------------------------------
 
     @asynccontextmanager
-    async def _exchange(self, what: str, *, gated: bool = True, closed_note: str = "") -> AsyncIterator[ClientSession]:
-        """The session for one request (`what` names it in errors), with the caller's peer registered.
+    async def _exchange(
+        self, what: str, scope: CallScope, *, gated: bool = True, closed_note: str = ""
+    ) -> AsyncIterator[ClientSession]:
+        """The session for one request (`what` names it in errors), with its scope's peer registered.
 
         Refused while not connected (and, if `gated`, while the breaker is open); a connection lost
         or a malformed result during the request becomes `DownstreamUnavailable` /
@@ -282,9 +293,7 @@ class Downstream:
             raise DownstreamUnavailable(
                 f"Server '{self.name}' is not available ({self.unavailable_reason()}).", server=self.name
             )
-        peer = calling_peer.get()
-        if peer is not None:
-            self._peers.append(peer)
+        release = self.serving(scope)
         lost = self._lost
         try:
             yield client.session
@@ -300,8 +309,7 @@ class Downstream:
         except ValidationError:
             raise self._malformed(what) from None
         finally:
-            if peer is not None:
-                self._peers.remove(peer)
+            release()
 
     def _closed_during(self, what: str, closed_note: str = "") -> DownstreamUnavailable:
         self._lost.set()  # the connection is restarted
@@ -313,8 +321,10 @@ class Downstream:
     def _malformed(self, what: str) -> DownstreamProtocolError:
         return DownstreamProtocolError(f"Server '{self.name}' sent a malformed result for {what}.", server=self.name)
 
-    async def call(self, tool: str, arguments: Arguments, *, progress: ProgressFn | None) -> mcp_types.CallToolResult:
-        """Send `tools/call` and return the downstream's result verbatim.
+    async def call(
+        self, tool: str, arguments: Arguments, *, progress: ProgressFn | None, scope: CallScope
+    ) -> mcp_types.CallToolResult:
+        """Send `tools/call` for `scope`'s client and return the downstream's result verbatim.
 
         `send_request` rather than `Client.call_tool`: the latter validates structured output
         client-side and may re-list tools; the gateway passes results through untouched.
@@ -324,16 +334,16 @@ class Downstream:
             DownstreamProtocolError: the server answered with a JSON-RPC error or a bad result.
         """
         what = f"the call to '{tool}'"
-        raw = await self._relay("tools/call", {"name": tool, "arguments": arguments}, what, progress)
+        raw = await self._relay("tools/call", {"name": tool, "arguments": arguments}, what, scope, progress)
         if raw is not None:
             return self._without_stamp(self._parse(raw, mcp_types.CallToolResult, what))
         channel = self._raw_channel()
         if channel is not None:  # stdio: the gateway's own request line, one decoding of the answer
-            async with self._call_exchange(tool):
+            async with self._call_exchange(tool, scope):
                 answer = await channel.call(tool, arguments, progress=progress)
             return self._without_stamp(answer.model() if isinstance(answer, RawResult) else answer)
         request = mcp_types.CallToolRequest(params=mcp_types.CallToolRequestParams(name=tool, arguments=arguments))
-        async with self._call_exchange(tool) as session:
+        async with self._call_exchange(tool, scope) as session:
             result = await session.send_request(request, mcp_types.CallToolResult, progress_callback=progress)
         return self._without_stamp(result)
 
@@ -354,25 +364,25 @@ class Downstream:
         return self.protocol_version
 
     async def _relay(
-        self, method: str, params: dict[str, Any], what: str, progress: ProgressFn | None = None
+        self, method: str, params: dict[str, Any], what: str, scope: CallScope, progress: ProgressFn | None = None
     ) -> dict[str, Any] | None:
         """Send a 2026-07-28 client's request on the 2026-07-28 connection, and return the raw result.
 
-        None where it does not go that way: not such a request (`front_call` unset), the server is
+        None where it does not go that way: not such a request (the scope has no `front`), the server is
         kept to the handshake era, or it does not offer the 2026-07-28 era.
 
         Raises:
             RelayedError: the server's JSON-RPC error, for the client as it is.
             DownstreamUnavailable: not connected, or the connection broke during the request.
         """
-        front = front_call.get()
+        front = scope.front
         link, task_group = self._modern, self._task_group
         if front is None or link is None or task_group is None:
             return None
         client = await link.client(task_group)
         if client is None:
             return None
-        async with self._exchange(what):  # availability, breaker, and the peer for log messages
+        async with self._exchange(what, scope):  # availability, breaker, and the peer for log messages
             try:
                 return await send_as_client(
                     client,
@@ -412,7 +422,7 @@ class Downstream:
             ) from None
 
     async def call_raw(
-        self, tool: str, arguments: Arguments, *, progress: ProgressFn | None, protocol_version: str
+        self, tool: str, arguments: Arguments, *, progress: ProgressFn | None, scope: CallScope, protocol_version: str
     ) -> RawResult | mcp_types.CallToolResult:
         """`call`, answered with the result's bytes as the server wrote them where that is exact.
 
@@ -422,8 +432,8 @@ class Downstream:
         """
         channel = self._raw_channel_for(protocol_version)
         if channel is None:
-            return await self.call(tool, arguments, progress=progress)
-        async with self._call_exchange(tool):
+            return await self.call(tool, arguments, progress=progress, scope=scope)
+        async with self._call_exchange(tool, scope):
             answer = await channel.call(tool, arguments, progress=progress)
         return answer if isinstance(answer, RawResult) else self._without_stamp(answer)
 
@@ -449,11 +459,16 @@ class Downstream:
             return self._closed_during(what, _CALL_CLOSED_NOTE)
         return self._answered(tool, outcome)
 
-    def lend(self, peer: Peer) -> Callable[[], None]:
-        """`peer` receives this server's requests and logs (as during `_exchange`) until the returned
-        function is called."""
-        self._peers.append(peer)
-        return lambda: self._peers.remove(peer)
+    def serving(self, scope: CallScope) -> Callable[[], None]:
+        """A call of `scope`'s is in flight on this connection until the returned function is called:
+        its client may receive this server's requests and logs meanwhile (`attribute`). Every call
+        registers so: those sent here (`_exchange`) and those the express lane sends itself."""
+        peer = scope.peer
+        if peer is None:  # no client to ask: the call does not take part in attribution
+            return _nothing
+        peers = self._peers
+        peers.append(peer)
+        return partial(peers.remove, peer)
 
     def _refusal(self) -> str | None:
         """The breaker's refusal; the clock is read (through anyio's backend lookup) only when it is not closed."""
@@ -481,9 +496,9 @@ class Downstream:
         return None if client is None else client.protocol_version
 
     @asynccontextmanager
-    async def _call_exchange(self, tool: str) -> AsyncIterator[ClientSession]:
+    async def _call_exchange(self, tool: str, scope: CallScope) -> AsyncIterator[ClientSession]:
         """`_exchange` for `tools/call`: the server's JSON-RPC errors become `DownstreamProtocolError`."""
-        async with self._exchange(f"the call to '{tool}'", closed_note=_CALL_CLOSED_NOTE) as session:
+        async with self._exchange(f"the call to '{tool}'", scope, closed_note=_CALL_CLOSED_NOTE) as session:
             try:
                 yield session
             except MCPError as exc:
@@ -499,15 +514,16 @@ class Downstream:
             result = result.model_copy(update={"meta": meta or None})
         return result
 
-    async def request(self, request: Any, result_type: type[Any], what: str, *, gated: bool = True) -> Any:
-        """Send any request but `tools/call` to the server and return its result.
+    async def request(
+        self, request: Any, result_type: type[Any], what: str, *, scope: CallScope, gated: bool = True
+    ) -> Any:
+        """Send any request but `tools/call` to the server for `scope`'s client and return its result.
 
         `gated`: refused, like calls, while the circuit breaker is open; subscriptions and log levels
         are not (they are state the server must hold whatever its health).
 
         The server's JSON-RPC errors are raised as they came (`MCPError`), so the front passes them
-        on unchanged; the front client's peer (`calling_peer`) receives the server's requests and
-        logs meanwhile.
+        on unchanged; the scope's client receives the server's requests and logs meanwhile.
 
         Raises:
             DownstreamUnavailable: not connected, or the connection broke during the request.
@@ -517,7 +533,7 @@ class Downstream:
         if request.method in _RELAYED_METHODS:
             params = request.params.model_dump(by_alias=True, mode="json", exclude_none=True)
             try:
-                raw = await self._relay(request.method, params, what)
+                raw = await self._relay(request.method, params, what, scope)
             except RelayedError as exc:
                 raise MCPError.from_error_data(exc.error) from None
             if raw is not None:
@@ -525,13 +541,15 @@ class Downstream:
                     return self._parse(raw, result_type, what)
                 except RelayedInputRequired as asked:
                     return asked.result
-        async with self._exchange(what, gated=gated) as session:
+        async with self._exchange(what, scope, gated=gated) as session:
             return await session.send_request(request, result_type)
 
-    async def request_raw(self, method: str, params: dict[str, Any] | None, what: str) -> dict[str, Any]:
+    async def request_raw(
+        self, method: str, params: dict[str, Any] | None, what: str, *, scope: CallScope
+    ) -> dict[str, Any]:
         """Send a request whose result the SDK has no model for (a task-augmented call, `tasks/*`),
         and return the raw result; raises what `request` raises."""
-        async with self._exchange(what) as session:
+        async with self._exchange(what, scope) as session:
             return await send_session_raw_request(session, method, params)
 
     async def roots_changed(self, peer: Peer, window: float) -> None:
@@ -787,7 +805,7 @@ class Downstream:
         if peer is None:
             peer = self._peer("a roots request")
             if isinstance(peer, mcp_types.ErrorData) and not self._peers:
-                peer = calling_peer.get() or peer
+                peer = self.opened_for or peer
         return peer if isinstance(peer, mcp_types.ErrorData) else await peer.list_roots(self.name)
 
     async def _on_log(self, params: mcp_types.LoggingMessageNotificationParams) -> None:

@@ -32,6 +32,7 @@ from toolscore.downstream.relay import Peer
 from toolscore.downstream.tasks import call_tool, runs_as_task
 from toolscore.downstream.transports import MemoryTransport, Transport, transport_for
 from toolscore.errors import DownstreamUnavailable, Rejected, UsageError
+from toolscore.scope import CallScope
 from toolscore.types import ANONYMOUS_CALLER, Arguments, ProgressFn
 
 __all__ = ["DownstreamHub", "open_hub"]
@@ -52,7 +53,11 @@ async def _nothing() -> None:
 
 async def _check_health(downstream: Downstream) -> None:
     """Ping `downstream` every `health_interval` seconds while it is up, and act on the breaker's
-    verdict: fail calls fast while it is open, restart the server after too many failures."""
+    verdict: fail calls fast while it is open, restart the server after too many failures.
+
+    A ping unanswered while a tool call is in flight does not count: a server running a call
+    (single-threaded, say) may not answer until it ends, and the call's own deadline, not the
+    health check, decides when it has taken too long (`Downstream.check_after_timeout`)."""
     interval = downstream.config.health_interval
     if interval is None:
         return
@@ -62,7 +67,11 @@ async def _check_health(downstream: Downstream) -> None:
         if downstream.state is not ServerState.UP:
             continue  # down or starting: the supervisor is on it
         breaker.checking(anyio.current_time())
+        busy = downstream.busy()
         problem = await downstream.ping()
+        if problem is not None and (busy or downstream.busy()):
+            log.debug("ping unanswered during a call; not counted", server=downstream.label, problem=problem)
+            continue
         verdict = breaker.record(problem, anyio.current_time())
         if verdict is Verdict.OPENED:
             log.warning("server unhealthy; calls fail fast", server=downstream.label, problem=problem)
@@ -167,8 +176,8 @@ class DownstreamHub:
         """The connection every client shares to `server` (None if not configured)."""
         return self.downstreams.get(server)
 
-    async def request(self, server: str, request: Any, result_type: type[Any], what: str, *, caller: str | None) -> Any:
-        """Send a request other than `tools/call` to `server`, on `caller`'s instance if isolated.
+    async def request(self, server: str, request: Any, result_type: type[Any], what: str, *, scope: CallScope) -> Any:
+        """Send a request other than `tools/call` to `server` for `scope`, on its caller's instance if isolated.
 
         Raises what `Downstream.request` raises.
         """
@@ -176,21 +185,21 @@ class DownstreamHub:
         if downstream is None:
             raise DownstreamUnavailable(f"Server '{server}' is not configured.", server=server)
         if downstream.config.isolation != "session":
-            return await downstream.request(request, result_type, what)
-        instance = await self._instance(downstream.config, caller or "anonymous")
+            return await downstream.request(request, result_type, what, scope=scope)
+        instance = await self._instance(downstream.config, scope)
         instance.calls += 1
         try:
-            return await instance.downstream.request(request, result_type, what)
+            return await instance.downstream.request(request, result_type, what, scope=scope)
         finally:
             instance.calls -= 1
             instance.used = time.monotonic()
 
     async def request_raw(
-        self, server: str, method: str, params: dict[str, Any] | None, what: str, *, caller: str | None
+        self, server: str, method: str, params: dict[str, Any] | None, what: str, *, scope: CallScope
     ) -> dict[str, Any]:
         """`request` for a result the SDK has no model of (`Downstream.request_raw`)."""
-        async with self._serving(server, caller) as downstream:
-            return await downstream.request_raw(method, params, what)
+        async with self._serving(server, scope) as downstream:
+            return await downstream.request_raw(method, params, what, scope=scope)
 
     def roots_changed(self, caller: str, peer: Peer, window: float) -> None:
         """`caller` changed its roots: tell the shared servers and its own instances, in the background.
@@ -224,7 +233,7 @@ class DownstreamHub:
     def unavailable_reason(self, server: str) -> str | None:
         """Why `server` cannot take calls now, or None; a down server's says when it is retried."""
         downstream = self.downstreams.get(server)
-        return "not configured" if downstream is None else downstream.unavailable_reason()
+        return "not configured" if downstream is None else downstream.call_refusal()
 
     def add_reap_hook(self, hook: Callable[[], None]) -> None:
         """Run `hook` on the event loop every few seconds, before instances are reaped."""
@@ -241,11 +250,11 @@ class DownstreamHub:
         arguments: Arguments,
         *,
         progress: ProgressFn | None,
-        caller: str | None = None,
+        scope: CallScope,
     ) -> mcp_types.CallToolResult:
-        """Call `tool` on `server` (the downstream's own tool name), on `caller`'s instance if isolated."""
-        async with self._serving(server, caller) as downstream:
-            return await call_tool(downstream, tool, arguments, progress=progress)  # a task if it must be
+        """Call `tool` on `server` (the server's own tool name) for `scope`, on its caller's instance if isolated."""
+        async with self._serving(server, scope) as downstream:
+            return await call_tool(downstream, tool, arguments, progress=progress, scope=scope)  # a task if it must be
 
     async def call_raw(
         self,
@@ -254,27 +263,27 @@ class DownstreamHub:
         arguments: Arguments,
         *,
         progress: ProgressFn | None,
-        caller: str | None = None,
+        scope: CallScope,
         protocol_version: str,
     ) -> RawResult | mcp_types.CallToolResult:
         """`call`, with the result as the server's bytes where the connection allows (`Downstream.call_raw`)."""
         shared = self.downstreams.get(server)
         if shared is not None and shared.config.isolation != "session":
             # What `_serving` gives a shared server, without its context manager: the hot path's every call.
-            return await _call_raw(shared, tool, arguments, progress, protocol_version)
-        async with self._serving(server, caller) as downstream:
-            return await _call_raw(downstream, tool, arguments, progress, protocol_version)
+            return await _call_raw(shared, tool, arguments, progress, scope, protocol_version)
+        async with self._serving(server, scope) as downstream:
+            return await _call_raw(downstream, tool, arguments, progress, scope, protocol_version)
 
     @asynccontextmanager
-    async def _serving(self, server: str, caller: str | None) -> AsyncIterator[Downstream]:
-        """The connection a call of `caller` to `server` goes to: the shared one, or the caller's instance."""
+    async def _serving(self, server: str, scope: CallScope) -> AsyncIterator[Downstream]:
+        """The connection a call of `scope` to `server` goes to: the shared one, or its caller's instance."""
         downstream = self.downstreams.get(server)
         if downstream is None:
             raise DownstreamUnavailable(f"Server '{server}' is not configured.", server=server)
         if downstream.config.isolation != "session":
             yield downstream
             return
-        if caller == ANONYMOUS_CALLER:
+        if scope.caller == ANONYMOUS_CALLER:
             # Stateless requests with no token are all one caller: one instance would be shared
             # by every such client, which is what isolation exists to prevent.
             raise Rejected(
@@ -283,7 +292,7 @@ class DownstreamHub:
                 "one 'NAME TOKEN' line per client (--token-file), or connect in the handshake era",
                 hook="isolation",
             )
-        instance = await self._instance(downstream.config, caller or "anonymous")
+        instance = await self._instance(downstream.config, scope)
         instance.calls += 1
         try:
             yield instance.downstream
@@ -303,13 +312,15 @@ class DownstreamHub:
             downstream = instance.downstream
         self._task_group.start_soon(downstream.check_after_timeout)
 
-    async def _instance(self, config: ServerConfig, caller: str) -> _Instance:
+    async def _instance(self, config: ServerConfig, scope: CallScope) -> _Instance:
+        caller = scope.caller or "anonymous"
         key = (config.name, caller)
         instance = self._instances.get(key)
         if instance is None:
             self._make_room(config)
             assert self._task_group is not None, "the hub is not running"
             downstream = self._downstream(config, on_tools_changed=_nothing, label=f"{config.name}[{caller}]")
+            downstream.opened_for = scope.peer  # for a roots/list it sends as it starts
             instance = _Instance(downstream, anyio.CancelScope())
             self._instances[key] = instance
             self._task_group.start_soon(self._run_instance, instance, name=f"downstream:{config.name}:{caller}")
@@ -451,8 +462,14 @@ async def open_hub(
 
 
 async def _call_raw(
-    downstream: Downstream, tool: str, arguments: Arguments, progress: ProgressFn | None, protocol_version: str
+    downstream: Downstream,
+    tool: str,
+    arguments: Arguments,
+    progress: ProgressFn | None,
+    scope: CallScope,
+    protocol_version: str,
 ) -> RawResult | mcp_types.CallToolResult:
-    if runs_as_task(downstream, tool):
-        return await call_tool(downstream, tool, arguments, progress=progress)  # a task's result is a model
-    return await downstream.call_raw(tool, arguments, progress=progress, protocol_version=protocol_version)
+    if runs_as_task(downstream, tool, scope):
+        # A task's result is a model.
+        return await call_tool(downstream, tool, arguments, progress=progress, scope=scope)
+    return await downstream.call_raw(tool, arguments, progress=progress, scope=scope, protocol_version=protocol_version)

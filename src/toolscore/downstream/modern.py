@@ -27,7 +27,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
-from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,7 +42,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from toolscore._sdk import ReadStream, WriteStream
 from toolscore.errors import DownstreamProtocolError, InputRequired
 
-__all__ = ["FrontCall", "ModernLink", "RelayedError", "RelayedInputRequired", "front_call"]
+__all__ = ["FrontCall", "ModernLink", "RelayedError", "RelayedInputRequired"]
 
 log = structlog.get_logger("toolscore.downstream")
 
@@ -72,11 +71,6 @@ class FrontCall:
         if self.request_state is not None:
             params["requestState"] = self.request_state
         return params
-
-
-front_call: ContextVar[FrontCall | None] = ContextVar("toolscore_front_call", default=None)
-"""Set by the front around a 2026-07-28 client's `tools/call` or `prompts/get` that goes to one
-downstream as it is (not a plan step, not the gateway's own tool)."""
 
 
 class RelayedInputRequired(InputRequired):

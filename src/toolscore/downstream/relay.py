@@ -1,9 +1,11 @@
 """Who a downstream's own requests and logs go to: the front client whose request is in flight.
 
 A downstream's sampling, elicitation and roots requests and its log messages carry no reference
-to the request that caused them (a stdio server's never do). The front sets `calling_peer` around
-each request it forwards; the connection keeps the peers of its requests in flight and hands a
-downstream request to them only when they all speak for one client (`attribute`). With calls
+to the request that caused them (a stdio server's never do; the SDK's streamable-HTTP client does
+not say which request's stream one came on). The front makes a `CallScope` holding its client's
+peer for each request it forwards (`on_behalf_of`) and passes it down with the request; the
+connection keeps the peers of its requests in flight and hands a downstream request to them only
+when they all speak for one client (`attribute`). With calls
 from two or more clients in flight on a shared instance the request cannot be attributed: it is
 refused with an error that says so, and a log message stays in the gateway's own log. It is never
 guessed: a guess would show one client's data to another, or take one client's answer (an
@@ -14,12 +16,16 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from contextvars import ContextVar
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import mcp_types
 
-__all__ = ["Peer", "attribute", "calling_peer", "no_peer_error", "on_behalf_of", "unattributable_error"]
+from toolscore.scope import CallScope
+
+if TYPE_CHECKING:
+    from toolscore.downstream.modern import FrontCall
+
+__all__ = ["Peer", "attribute", "no_peer_error", "on_behalf_of", "unattributable_error"]
 
 
 class Peer(Protocol):
@@ -54,18 +60,14 @@ class Peer(Protocol):
         ...
 
 
-calling_peer: ContextVar[Peer | None] = ContextVar("toolscore_calling_peer", default=None)
-"""The front client of the request being handled in this task (None outside a front request)."""
-
-
 @contextmanager
-def on_behalf_of(peer: Peer) -> Iterator[None]:
-    """The block serves `peer`'s request: downstream requests and logs go to it; it is detached after."""
-    token = calling_peer.set(peer)
+def on_behalf_of(
+    caller: str | None, peer: Peer, version: str | None = None, front: FrontCall | None = None
+) -> Iterator[CallScope]:
+    """The scope of one front request of `caller`'s, passed down with its calls; `peer` is detached after."""
     try:
-        yield
+        yield CallScope(caller, peer, version, front=front)
     finally:
-        calling_peer.reset(token)
         peer.detach()  # the request is over: the peer must not outlive it
 
 

@@ -2,7 +2,7 @@
 
 Tasks (2025-11-25) let a server answer `tools/call` at once with a task id, and the result later
 (`tasks/result`). A tool that requires them refuses a plain call. A client's task-augmented call
-(`toolscore.front.tasks` sets `requested_task` around it) goes to the server as one, and its
+(the front puts its `task` in the call's scope) goes to the server as one, and its
 `CreateTaskResult` comes back inside a stand-in tool result, so the call takes the engine's usual
 path (policy, pinned arguments, audit) on its way; for every other call (a 2026-07-28
 client, which has no tasks in its revision, or a client that ignores `taskSupport`) the gateway
@@ -15,7 +15,6 @@ is cancelled or runs past its deadline, the task is cancelled on the server (`ta
 from __future__ import annotations
 
 import contextlib
-from contextvars import ContextVar
 from typing import Any
 
 import anyio
@@ -25,14 +24,12 @@ from pydantic import ValidationError
 
 from toolscore.downstream.connection import Downstream
 from toolscore.errors import DownstreamProtocolError
+from toolscore.scope import CallScope
 from toolscore.types import Arguments, ProgressFn
 
-__all__ = ["CREATED_TASK_META_KEY", "call_tool", "requested_task", "runs_as_task", "tool_result"]
+__all__ = ["CREATED_TASK_META_KEY", "call_tool", "runs_as_task", "tool_result"]
 
 _CANCEL_SECONDS = 5.0
-
-requested_task: ContextVar[dict[str, Any] | None] = ContextVar("toolscore_requested_task", default=None)
-"""The `task` params of the front client's task-augmented `tools/call` being handled (else None)."""
 
 CREATED_TASK_META_KEY = "toolscore/created-task"
 """Where the stand-in tool result of a relayed task-augmented call holds the server's `CreateTaskResult`."""
@@ -45,11 +42,11 @@ def _task_support(downstream: Downstream, tool: str) -> str:
     return "forbidden"
 
 
-def runs_as_task(downstream: Downstream, tool: str) -> bool:
+def runs_as_task(downstream: Downstream, tool: str, scope: CallScope) -> bool:
     """Whether a call of `tool` (the server's own name) goes as a task: the tool requires it, or
-    the client asked for one (`requested_task`) and the tool supports it."""
+    the client asked for one (`scope.task`) and the tool supports it."""
     support = _task_support(downstream, tool)
-    return support == "required" or (support == "optional" and requested_task.get() is not None)
+    return support == "required" or (support == "optional" and scope.task is not None)
 
 
 def tool_result(server: str, raw: dict[str, Any], what: str) -> mcp_types.CallToolResult:
@@ -65,7 +62,7 @@ def tool_result(server: str, raw: dict[str, Any], what: str) -> mcp_types.CallTo
 
 
 async def call_tool(
-    downstream: Downstream, tool: str, arguments: Arguments, *, progress: ProgressFn | None
+    downstream: Downstream, tool: str, arguments: Arguments, *, progress: ProgressFn | None, scope: CallScope
 ) -> mcp_types.CallToolResult:
     """`Downstream.call`, run as a task when the tool requires one.
 
@@ -73,12 +70,12 @@ async def call_tool(
         toolscore.errors.DownstreamUnavailable: not connected, or the connection broke.
         DownstreamProtocolError: the server answered with an error or something malformed.
     """
-    if not runs_as_task(downstream, tool):
-        return await downstream.call(tool, arguments, progress=progress)
+    if not runs_as_task(downstream, tool, scope):
+        return await downstream.call(tool, arguments, progress=progress, scope=scope)
     what = f"the call to '{tool}'"
-    asked = requested_task.get()
-    params = {"name": tool, "arguments": arguments, "task": asked or {}}
-    created = await _ask(downstream, "tools/call", params, what)
+    asked = scope.task
+    params = {"name": tool, "arguments": arguments, "task": dict(asked or {})}
+    created = await _ask(downstream, "tools/call", params, what, scope)
     task = created.get("task")
     task_id = task.get("taskId") if isinstance(task, dict) else None
     if not isinstance(task_id, str):  # the server ran it at once after all: that is the result
@@ -90,17 +87,20 @@ async def call_tool(
             _meta={CREATED_TASK_META_KEY: {"server": downstream.name, "result": created}},
         )
     try:
-        raw = await _ask(downstream, "tasks/result", {"taskId": task_id}, f"the result of task '{task_id}'")
+        raw = await _ask(downstream, "tasks/result", {"taskId": task_id}, f"the result of task '{task_id}'", scope)
     except BaseException:
         # Best effort: the task's TTL ends it anyway.
         with anyio.CancelScope(shield=True), anyio.move_on_after(_CANCEL_SECONDS), contextlib.suppress(Exception):
-            await downstream.request_raw("tasks/cancel", {"taskId": task_id}, f"cancelling task '{task_id}'")
+            what = f"cancelling task '{task_id}'"
+            await downstream.request_raw("tasks/cancel", {"taskId": task_id}, what, scope=scope)
         raise
     return tool_result(downstream.name, raw, what)
 
 
-async def _ask(downstream: Downstream, method: str, params: dict[str, Any], what: str) -> dict[str, Any]:
+async def _ask(
+    downstream: Downstream, method: str, params: dict[str, Any], what: str, scope: CallScope
+) -> dict[str, Any]:
     try:
-        return await downstream.request_raw(method, params, what)
+        return await downstream.request_raw(method, params, what, scope=scope)
     except MCPError as exc:
         raise DownstreamProtocolError.answered(downstream.name, what, exc.error) from None

@@ -30,11 +30,13 @@ from toolscore._engine import ToolExecutionEngine
 from toolscore._sdk import connection_of
 from toolscore.downstream.catalog import Catalog
 from toolscore.downstream.hub import DownstreamHub
+from toolscore.downstream.modern import FrontCall
 from toolscore.downstream.registry import Route
 from toolscore.downstream.relay import Peer, on_behalf_of
 from toolscore.errors import DownstreamProtocolError, DownstreamUnavailable, Rejected, ToolscoreError
 from toolscore.front.callers import Callers
-from toolscore.front.relaying import relayed
+from toolscore.front.relaying import front_call_of
+from toolscore.scope import NO_CLIENT
 
 __all__ = ["READ_TOOL", "install_catalog"]
 
@@ -154,23 +156,26 @@ def install_catalog(
         caller = callers.identify(ctx)
         what = f"the read of '{uri}'"
 
-        async def invoke() -> mcp_types.CallToolResult:
-            request = mcp_types.ReadResourceRequest(params=mcp_types.ReadResourceRequestParams(uri=original))
-            try:
-                result: mcp_types.ReadResourceResult = await hub.request(
-                    name, request, mcp_types.ReadResourceResult, what, caller=caller
-                )
-            except MCPError as exc:
-                raise DownstreamProtocolError.answered(name, what, exc.error) from None
-            blocks: list[mcp_types.ContentBlock] = []
-            for contents in result.contents:
-                public = catalog().public_uri(name, str(contents.uri))
-                blocks.append(
-                    mcp_types.EmbeddedResource(type="resource", resource=contents.model_copy(update={"uri": public}))
-                )
-            return mcp_types.CallToolResult(content=blocks, _meta=result.meta)
+        with on_behalf_of(caller, peer_for(ctx), ctx.protocol_version) as scope:
 
-        with on_behalf_of(peer_for(ctx)):
+            async def invoke() -> mcp_types.CallToolResult:
+                request = mcp_types.ReadResourceRequest(params=mcp_types.ReadResourceRequestParams(uri=original))
+                try:
+                    result: mcp_types.ReadResourceResult = await hub.request(
+                        name, request, mcp_types.ReadResourceResult, what, scope=scope
+                    )
+                except MCPError as exc:
+                    raise DownstreamProtocolError.answered(name, what, exc.error) from None
+                blocks: list[mcp_types.ContentBlock] = []
+                for contents in result.contents:
+                    public = catalog().public_uri(name, str(contents.uri))
+                    blocks.append(
+                        mcp_types.EmbeddedResource(
+                            type="resource", resource=contents.model_copy(update={"uri": public})
+                        )
+                    )
+                return mcp_types.CallToolResult(content=blocks, _meta=result.meta)
+
             outcome = await engine.execute(
                 READ_TOOL,
                 {"uri": original},
@@ -178,6 +183,7 @@ def install_catalog(
                 session_id=caller,
                 route=_read_route(hub, name),
                 invoke=invoke,
+                scope=scope,
             )
         if outcome.error is not None:
             raise _failure(outcome.error)
@@ -227,7 +233,7 @@ def install_catalog(
             downstream.subscriptions.discard(original)
             request = mcp_types.UnsubscribeRequest(params=mcp_types.UnsubscribeRequestParams(uri=original))
         try:
-            await downstream.request(request, mcp_types.EmptyResult, request.method, gated=False)
+            await downstream.request(request, mcp_types.EmptyResult, request.method, scope=NO_CLIENT, gated=False)
         except DownstreamUnavailable:
             pass  # renewed when the server is back
         except MCPError:
@@ -278,10 +284,10 @@ def install_catalog(
             params=mcp_types.GetPromptRequestParams(name=route.remote_name, arguments=params.arguments)
         )
         # A 2026-07-28 client's input-required rounds pass through: its answers down, the server's questions up.
-        with relayed(ctx, input_responses=params.input_responses, request_state=params.request_state):
-            result: mcp_types.GetPromptResult | mcp_types.InputRequiredResult = await forward(
-                ctx, route.server, request, mcp_types.GetPromptResult, f"prompt '{params.name}'"
-            )
+        front = front_call_of(ctx, params.input_responses, params.request_state)
+        result: mcp_types.GetPromptResult | mcp_types.InputRequiredResult = await forward(
+            ctx, route.server, request, mcp_types.GetPromptResult, f"prompt '{params.name}'", front
+        )
         return result
 
     async def complete(
@@ -304,11 +310,16 @@ def install_catalog(
         return result
 
     async def forward(
-        ctx: ServerRequestContext[Any], name: str, request: Any, result_type: type[Any], what: str
+        ctx: ServerRequestContext[Any],
+        name: str,
+        request: Any,
+        result_type: type[Any],
+        what: str,
+        front: FrontCall | None = None,
     ) -> Any:
         try:
-            with on_behalf_of(peer_for(ctx)):
-                return await hub.request(name, request, result_type, what, caller=callers.identify(ctx))
+            with on_behalf_of(callers.identify(ctx), peer_for(ctx), ctx.protocol_version, front) as scope:
+                return await hub.request(name, request, result_type, what, scope=scope)
         except ToolscoreError as exc:
             raise _failure(exc) from None
 

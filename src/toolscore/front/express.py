@@ -52,6 +52,7 @@ from toolscore.downstream.raw import RawChannel, RawResult, Sent
 from toolscore.downstream.registry import Route
 from toolscore.downstream.relay import Peer
 from toolscore.front.fast import Job, encode_answer, internal_error
+from toolscore.scope import CallScope
 
 __all__ = ["ClientOut", "ExpressLane", "Resolve"]
 
@@ -115,7 +116,8 @@ class ExpressLane:
         self._resolve = resolve
         self._version = version
         self._session_id = session_id
-        self._peer = peer
+        # One scope for the connection's every express call: nothing more is made per call.
+        self._scope = CallScope(session_id, peer, version)
         self._pending: dict[int | str, _Pending] = {}
         self.sent = 0
         """Calls sent on this lane so far."""
@@ -155,7 +157,7 @@ class ExpressLane:
             )
             if ctx is None:
                 return False
-            pending = _Pending(job.id, ctx, downstream, channel, downstream.lend(self._peer))
+            pending = _Pending(job.id, ctx, downstream, channel, downstream.serving(self._scope))
             sent_id = channel.send(route.remote_name, arguments, Sent(partial(self._answered, pending)))
         except Exception:  # a bug, before anything was sent: the hot path answers the call
             log.exception("express lane failed; the call takes the hot path", tool=params.name)

@@ -30,6 +30,7 @@ from toolscore._sdk import connection_of
 from toolscore.downstream.connection import ServerState
 from toolscore.downstream.hub import DownstreamHub
 from toolscore.downstream.relay import Peer, no_peer_error
+from toolscore.scope import NO_CLIENT
 
 __all__ = ["FrontPeer", "LogLevels", "install_logging", "install_roots"]
 
@@ -237,7 +238,8 @@ def install_logging(server: Server[Any], hub: DownstreamHub, levels: LogLevels) 
                 continue
             request = mcp_types.SetLevelRequest(params=mcp_types.SetLevelRequestParams(level=params.level))
             try:
-                await downstream.request(request, mcp_types.EmptyResult, "logging/setLevel", gated=False)
+                what = "logging/setLevel"
+                await downstream.request(request, mcp_types.EmptyResult, what, scope=NO_CLIENT, gated=False)
             except Exception as exc:  # one server's refusal must not fail the client's request
                 log.info("logging/setLevel not passed on", server=downstream.name, error=str(exc))
         return mcp_types.EmptyResult()

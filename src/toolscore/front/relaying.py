@@ -1,31 +1,30 @@
 """What a 2026-07-28 client's request carries down to the one server that answers it.
 
-The front marks such a request (`relayed`) around a passthrough `tools/call` or a `prompts/get`;
-the downstream connection then sends it in the 2026-07-28 era with this client's capabilities,
+The front puts a `FrontCall` (`front_call_of`) in the scope of a passthrough `tools/call` or a
+`prompts/get`; the downstream connection then sends it in the 2026-07-28 era with this client's capabilities,
 log level, input responses and request state (`toolscore.downstream.modern`). Handshake-era
-clients, and the calls of the gateway's own tools (plans, search), are not marked: their
+clients, and the calls of the gateway's own tools (plans, search), have none: their
 downstream requests go over the main connection as before.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import mcp_types
 from mcp.server import ServerRequestContext
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from toolscore.downstream.modern import FrontCall, front_call
+from toolscore.downstream.modern import FrontCall
 from toolscore.front.confirm import CONFIRM_KEY
 
-__all__ = ["relayed"]
+__all__ = ["front_call_of"]
 
 
-def _front_call(
+def front_call_of(
     ctx: ServerRequestContext[Any], input_responses: mcp_types.InputResponses | None, request_state: str | None
 ) -> FrontCall | None:
+    """What a 2026-07-28 client's request carries down as its own; None for a handshake-era client."""
     if ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
         return None
     capabilities = ctx.session.client_capabilities or mcp_types.ClientCapabilities()
@@ -47,18 +46,3 @@ def _front_call(
         input_responses=responses,
         request_state=request_state,
     )
-
-
-@contextmanager
-def relayed(
-    ctx: ServerRequestContext[Any],
-    *,
-    input_responses: mcp_types.InputResponses | None = None,
-    request_state: str | None = None,
-) -> Iterator[None]:
-    """Inside: a downstream request made for this front request goes out as the client's own (2026-07-28)."""
-    token = front_call.set(_front_call(ctx, input_responses, request_state))
-    try:
-        yield
-    finally:
-        front_call.reset(token)

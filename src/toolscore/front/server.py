@@ -8,6 +8,7 @@ and answered with a generic tool error, never a JSON-RPC error or a traceback.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import mcp_types
@@ -36,10 +37,11 @@ from toolscore.front.express import ExpressLane
 from toolscore.front.fast import FastCalls
 from toolscore.front.forward import FrontPeer, LogLevels, install_logging, install_roots
 from toolscore.front.plan_tasks import PlanTasks
-from toolscore.front.relaying import relayed
+from toolscore.front.relaying import front_call_of
 from toolscore.front.tasks import install_tasks, tasks_capability
 from toolscore.loop.tool import DELEGATE, Delegator
 from toolscore.plan.tool import ORCHESTRATE, Orchestrator
+from toolscore.scope import CallScope
 from toolscore.telemetry import tracing
 from toolscore.toolhub import ToolHub
 from toolscore.toolhub.catalog import (
@@ -264,8 +266,8 @@ def build_server(
             return error_result(engine.over_cap_text())
         try:
             # The downstream's requests and logs go back to this client while the call lasts.
-            with on_behalf_of(peer_for(ctx)):
-                answer = await own_or_passthrough(ctx, params, progress, caller)
+            with on_behalf_of(caller, peer_for(ctx), ctx.protocol_version) as scope:
+                answer = await own_or_passthrough(ctx, params, progress, scope)
         except RelayedInputRequired as asked:  # the server's question, passed back unchanged
             return asked.result
         except InputRequired as asked:  # 2026-07-28: the question goes back with the result
@@ -289,9 +291,10 @@ def build_server(
         ctx: ServerRequestContext[Any],
         params: mcp_types.CallToolRequestParams,
         progress: ProgressFn | None,
-        caller: str,
+        scope: CallScope,
     ) -> mcp_types.CallToolResult | mcp_types.InputRequiredResult | CallOutcome:
         """One of the gateway's own tools (its answer), or a passthrough call (the engine's outcome)."""
+        caller = scope.caller or ""
         if params.name == ORCHESTRATE:
             durable = delegator.durable if delegator is not None else None
             if durable is not None:  # episodes survive a restart (docs/agent-loop.md)
@@ -301,7 +304,7 @@ def build_server(
                     log.warning("episode store unreachable: the plan runs without restoring", exc_info=True)
             with tracing.plan_span() as span:
                 answer = await orchestrator(
-                    params.arguments, progress=progress, request_id=ctx.request_id, caller=caller
+                    params.arguments, progress=progress, request_id=ctx.request_id, caller=caller, scope=scope
                 )
                 if span is not None:
                     tracing.plan_attributes(span, answer)
@@ -321,6 +324,7 @@ def build_server(
                 params.arguments,
                 progress=progress,
                 caller=caller,
+                scope=scope,
                 sampler=_sampler(ctx),
                 input_sampling=_samples_by_input(ctx),
                 input_responses=params.input_responses,
@@ -333,19 +337,25 @@ def build_server(
                 params.arguments,
                 request_id=ctx.request_id,
                 caller=caller,
+                scope=scope,
                 confirm=_confirmer(ctx),
                 progress=progress,
                 sample=_sampler(ctx),
             )
-        # A 2026-07-28 client's call goes down as its own: capabilities, answers, state.
-        with relayed(ctx, input_responses=params.input_responses, request_state=params.request_state):
-            return await passthrough(ctx, params, progress, caller)
+        # A 2026-07-28 client's call goes down as its own: capabilities, answers, state; a
+        # task-augmented call of a handshake-era client (2025-11-25) goes as a task where it can.
+        front = front_call_of(ctx, params.input_responses, params.request_state)
+        task = params.task if front is None and ctx.request_id is not None else None
+        if front is not None or task is not None:
+            dumped = None if task is None else task.model_dump(by_alias=True, mode="json", exclude_none=True)
+            scope = replace(scope, front=front, task=dumped)
+        return await passthrough(ctx, params, progress, scope)
 
     async def passthrough(
         ctx: ServerRequestContext[Any],
         params: mcp_types.CallToolRequestParams,
         progress: ProgressFn | None,
-        caller: str,
+        scope: CallScope,
         raw_for: str | None = None,
     ) -> CallOutcome:
         """A downstream tool's call through the engine (`raw_for`: the hot path's, `front.fast`)."""
@@ -354,9 +364,10 @@ def build_server(
             params.arguments,
             request_id=ctx.request_id,
             progress=progress,
-            session_id=caller,
-            confirm=confirmer(ctx, params, caller, sealer),
+            session_id=scope.caller,
+            confirm=confirmer(ctx, params, scope.caller or "", sealer),
             raw_for=raw_for,
+            scope=scope,
         )
 
     def deferred() -> list[mcp_types.Tool]:
@@ -408,9 +419,8 @@ def build_server(
         if params.name == ORCHESTRATE:
             return await call_tool(ctx, params)  # a plan: the SDK path's own handler, in the same context
         # The hot path's passthrough call: the SDK path's, with the result kept as bytes.
-        caller = callers.identify(ctx)
-        with on_behalf_of(peer_for(ctx)):
-            return await passthrough(ctx, params, _progress_of(ctx), caller, raw_for)
+        with on_behalf_of(callers.identify(ctx), peer_for(ctx), raw_for) as scope:
+            return await passthrough(ctx, params, _progress_of(ctx), scope, raw_for)
 
     def routed(name: str) -> bool:
         if name == ORCHESTRATE:

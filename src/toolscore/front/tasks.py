@@ -1,7 +1,7 @@
 """Tasks through the gateway: task-augmented `tools/call` and `tasks/get|result|list|cancel` (2025-11-25).
 
 Theory of operation. A handshake-era client's `tools/call` carrying `task` runs the front's usual
-call path (policy, pinned arguments, confirmation, audit) with `requested_task` set, so the call
+call path (policy, pinned arguments, confirmation, audit) with the task in its scope, so the call
 reaches its server task-augmented (`toolscore.downstream.tasks`); the server's `CreateTaskResult`
 comes back inside a stand-in tool result, which a server middleware here swaps for the
 `CreateTaskResult` itself (the SDK would refuse it from a `tools/call` handler). A tool that does
@@ -38,12 +38,13 @@ from toolscore._engine import ToolExecutionEngine
 from toolscore.downstream.hub import DownstreamHub
 from toolscore.downstream.registry import Route
 from toolscore.downstream.relay import on_behalf_of
-from toolscore.downstream.tasks import CREATED_TASK_META_KEY, requested_task, tool_result
+from toolscore.downstream.tasks import CREATED_TASK_META_KEY, tool_result
 from toolscore.errors import DownstreamProtocolError, Rejected, ToolscoreError
 from toolscore.front.callers import Callers
 from toolscore.front.catalog import PeerFor
 from toolscore.front.plan_tasks import GATEWAY, PlanTasks
 from toolscore.plan.tool import ORCHESTRATE
+from toolscore.scope import CallScope
 
 __all__ = ["MAX_TASKS_PER_CALLER", "RESULT_TOOL", "TaskRoutes", "install_tasks", "tasks_capability"]
 
@@ -184,11 +185,7 @@ def install_tasks(
         if hub.registry.get(name) is None:
             # Only a downstream's own tool: a plan's steps must not turn into tasks.
             return await call_next(ctx)
-        token = requested_task.set(dict(task))
-        try:
-            answer = await call_next(ctx)
-        finally:
-            requested_task.reset(token)
+        answer = await call_next(ctx)  # the handler puts the task in the call's scope
         meta = answer.get("_meta") if isinstance(answer, dict) else None
         created = meta.get(CREATED_TASK_META_KEY) if isinstance(meta, dict) else None
         if not isinstance(created, dict):
@@ -206,9 +203,9 @@ def install_tasks(
                 return _renamed(await own.cancel(caller, own_id), task_id)
             return _renamed(own.get(caller, own_id), task_id)
         try:
-            with on_behalf_of(peer_for(ctx)):
+            with on_behalf_of(caller, peer_for(ctx), ctx.protocol_version) as scope:
                 what = f"{method} of task '{task_id}'"
-                raw = await hub.request_raw(name, method, {"taskId": own_id}, what, caller=caller)
+                raw = await hub.request_raw(name, method, {"taskId": own_id}, what, scope=scope)
         except MCPError:
             raise  # the server's own error, unchanged
         except ToolscoreError as exc:
@@ -230,15 +227,16 @@ def install_tasks(
             return _renamed(await own.result(caller, own_id), params.task_id)
         what = f"the result of task '{params.task_id}'"
 
-        async def invoke() -> mcp_types.CallToolResult:
-            try:
-                raw = await hub.request_raw(name, RESULT_TOOL, {"taskId": own_id}, what, caller=caller)
-            except MCPError as exc:
-                raise DownstreamProtocolError.answered(name, what, exc.error) from None
-            return tool_result(name, raw, what)
-
         # An elicitation tied to the task comes while the server holds this request.
-        with on_behalf_of(peer_for(ctx)):
+        with on_behalf_of(caller, peer_for(ctx), ctx.protocol_version) as scope:
+
+            async def invoke() -> mcp_types.CallToolResult:
+                try:
+                    raw = await hub.request_raw(name, RESULT_TOOL, {"taskId": own_id}, what, scope=scope)
+                except MCPError as exc:
+                    raise DownstreamProtocolError.answered(name, what, exc.error) from None
+                return tool_result(name, raw, what)
+
             outcome = await engine.execute(
                 RESULT_TOOL,
                 {"taskId": own_id},
@@ -246,6 +244,7 @@ def install_tasks(
                 session_id=caller,
                 route=_result_route(hub, name),
                 invoke=invoke,
+                scope=scope,
             )
         if outcome.error is not None:
             raise _failure(outcome.error)
@@ -272,7 +271,7 @@ def install_tasks(
         cursor: str | None = None
         for _ in range(_LIST_PAGES_MAX):
             page = await hub.request_raw(
-                name, "tasks/list", {"cursor": cursor} if cursor else None, "tasks/list", caller=caller
+                name, "tasks/list", {"cursor": cursor} if cursor else None, "tasks/list", scope=CallScope(caller)
             )
             for task in page.get("tasks") or ():
                 if isinstance(task, Mapping) and (public := mine.get(str(task.get("taskId")))) is not None:

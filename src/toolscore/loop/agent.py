@@ -37,6 +37,7 @@ from toolscore.loop.stops import TurnEnd, classify, strip_think
 from toolscore.loop.store import episode_from_dict, episode_to_dict
 from toolscore.loop.trajectory import TrajectoryLog, state_hash
 from toolscore.plan.run import Episode
+from toolscore.scope import CallScope
 from toolscore.types import ProgressFn
 
 __all__ = ["AgentLoop", "LoopState", "TaskOutcome"]
@@ -148,8 +149,10 @@ class AgentLoop:
         servers: frozenset[str] | None = None,
         clock: Callable[[], float] = time.perf_counter,
         on_event: Callable[[str, Any], None] | None = None,
+        scope: CallScope | None = None,
     ) -> None:
         self._ctx = ctx
+        self._scope = scope
         self._model = model
         self._system = system
         self._limits = limits
@@ -329,6 +332,7 @@ class AgentLoop:
                 servers=self._servers,
                 clock=clock,
                 on_event=self._on_event,
+                scope=self._scope,
             )
 
             def take(found: list[Item]) -> None:

@@ -28,6 +28,7 @@ from toolscore.plan.nodes import Block, CheckedPlan
 from toolscore.plan.parse import parse_turn
 from toolscore.plan.run import BlockOutcome, Episode, PlanRunner, StepRecord
 from toolscore.plan.transcript import render_plan_errors, render_results
+from toolscore.scope import CallScope
 from toolscore.types import ToolSource
 
 __all__ = ["PlanContext", "TurnCalls"]
@@ -69,8 +70,10 @@ class TurnCalls:
         servers: frozenset[str] | None = None,
         clock: Callable[[], float] = time.perf_counter,
         on_event: Callable[[str, Any], None] | None = None,
+        scope: CallScope | None = None,
     ) -> None:
         self._ctx = ctx
+        self._scope = scope
         self._episode = episode
         self._budget = budget
         self._tg = tg
@@ -233,6 +236,7 @@ class TurnCalls:
             caller=self._caller,
             max_argument_bytes=self._ctx.max_argument_bytes,
             gate=self,
+            scope=self._scope,
         )
         finished = await runner.run(checked, self._ctx.limits.budget_seconds)
         self.blocks.extend(runner.blocks)

@@ -30,6 +30,7 @@ from toolscore.loop.limits import Limits, describe
 from toolscore.plan.blocks import shorthand_table
 from toolscore.plan.nodes import CheckedPlan
 from toolscore.plan.tool import EpisodeStore
+from toolscore.scope import CallScope
 from toolscore.state import EpisodeRecords
 from toolscore.types import ProgressFn, ToolSource
 
@@ -229,6 +230,7 @@ class Delegator:
         *,
         progress: ProgressFn | None = None,
         caller: str | None = None,
+        scope: CallScope | None = None,
         sampler: SendRequest | None = None,
         input_sampling: bool = False,
         input_responses: dict[str, Any] | None = None,
@@ -254,7 +256,7 @@ class Delegator:
         if self.refusal is not None:
             return error_result(f"Call rejected by policy 'tools': {self.refusal}")
         if request_state is not None:
-            return await self._resume(task, request_state, input_responses, progress, caller, on_event)
+            return await self._resume(task, request_state, input_responses, progress, caller, on_event, scope)
         registry = self._tools.registry
         allowed: frozenset[str] | None = None
         if servers is not None:
@@ -296,6 +298,7 @@ class Delegator:
             caller=caller,
             servers=allowed,
             on_event=on_event,
+            scope=scope,
         )
         outcome = await loop.run(task)
         return await self._finish(outcome, task, system, limits, allowed, caller)
@@ -308,6 +311,7 @@ class Delegator:
         progress: ProgressFn | None,
         caller: str | None,
         on_event: Callable[[str, Any], None] | None,
+        scope: CallScope | None = None,
     ) -> mcp_types.CallToolResult | mcp_types.InputRequiredResult:
         """Go on with a paused task: the client's model has answered the turn we asked for."""
         from toolscore.loop.agent import AgentLoop, LoopState
@@ -338,6 +342,7 @@ class Delegator:
             caller=caller,
             servers=allowed,
             on_event=on_event,
+            scope=scope,
         )
         outcome = await loop.run(task, resume=LoopState.from_dict(data["state"], limits))
         return await self._finish(outcome, task, data["system"], limits, allowed, caller)

@@ -43,6 +43,7 @@ from toolscore.plan.nodes import (
     Status,
 )
 from toolscore.plan.refs import resolve
+from toolscore.scope import CallScope
 from toolscore.types import ProgressFn
 
 __all__ = [
@@ -78,6 +79,7 @@ class CapabilityHub(Protocol):
         *,
         caller: str | None = None,
         plan_id: str | None = None,
+        scope: CallScope | None = None,
     ) -> mcp_types.CallToolResult:
         """One capability call: candidates, argument maps, strategy, fan-out, policy and audit per candidate."""
         ...
@@ -213,8 +215,10 @@ class PlanRunner:
         max_argument_bytes: int | None = None,
         capabilities: CapabilityHub | None = None,
         gate: StepGate | None = None,
+        scope: CallScope | None = None,
     ) -> None:
         """Args:
+        scope: The front request the plan serves: its client receives the steps' server requests.
         max_argument_bytes: The most a step's arguments may grow to once references are resolved.
         capabilities: Runs the capability steps (the checker refuses them where there is none).
         gate: Budgets kept step by step (`delegate`'s): retries counted, each result's bytes seen.
@@ -229,6 +233,7 @@ class PlanRunner:
         self._progress = progress
         self._total = total
         self._caller = caller
+        self._scope = scope
         self._done = 0
         self.blocks: list[BlockOutcome] = []
         # The plan's own outcome once `run` returns: `ok` when its blocks' rules say it
@@ -345,6 +350,7 @@ class PlanRunner:
                     plan_id=self._plan_id,
                     timeout=call.node.timeout,
                     session_id=self._caller,
+                    scope=self._scope,
                 )
             result = run.result
             record.result = result
@@ -373,7 +379,7 @@ class PlanRunner:
         timeout = call.node.timeout
         with anyio.move_on_after(timeout) as scope:
             result = await self._capabilities.call_capability(
-                call.capability, arguments, caller=self._caller, plan_id=self._plan_id
+                call.capability, arguments, caller=self._caller, plan_id=self._plan_id, scope=self._scope
             )
         if scope.cancelled_caught:
             record.status, record.error = "timeout", f"the capability call ran past the step's timeout ({timeout} s)"

@@ -24,6 +24,7 @@ from toolscore.config import Config
 from toolscore.errors import PlanCheckError, PlanProblem, PlanSyntaxError
 from toolscore.plan.blocks import SPECS, shorthand_table
 from toolscore.plan.nodes import CheckedBlock, CheckedCapability, CheckedNode, CheckedPlan, ParsedTurn
+from toolscore.scope import CallScope
 from toolscore.telemetry import tracing
 from toolscore.types import ProgressFn, ToolSource
 
@@ -212,8 +213,9 @@ class Orchestrator:
         progress: ProgressFn | None = None,
         request_id: Any = None,
         caller: str | None = None,
+        scope: CallScope | None = None,
     ) -> mcp_types.CallToolResult:
-        """Answer one `orchestrate` call from `caller` (whose episodes it may use)."""
+        """Answer one `orchestrate` call from `caller` (whose episodes it may use), made in `scope`."""
         from toolscore.plan.run import PlanRunner
         from toolscore.plan.transcript import render_plan_errors, render_results
 
@@ -277,6 +279,7 @@ class Orchestrator:
             progress=progress,
             total=len(checked.steps),
             caller=caller,
+            scope=scope,
             # A step's resolved arguments may be no larger than what a client may send directly.
             max_argument_bytes=self._config.settings.max_request_bytes,
             capabilities=self.capabilities,

@@ -21,7 +21,6 @@ from toolscore._glob import matches
 from toolscore._json import iter_strings
 from toolscore.config import ArgumentRules, PathRules, ToolRules
 from toolscore.downstream.registry import Route
-from toolscore.downstream.relay import calling_peer
 from toolscore.errors import PlanProblem, Rejected
 from toolscore.plan.nodes import CheckedPlan
 from toolscore.policy.paths import CLIENT_ROOTS, Confinement, names_path, roots_of_uris
@@ -156,7 +155,7 @@ class StaticRules:
         route = ctx.route
         assert route is not None
         rules = self._rules.of(route.server)
-        client = await _client_roots(route.server) if rules.paths is not None and rules.client_roots else ()
+        client = await _client_roots(ctx, route.server) if rules.paths is not None and rules.client_roots else ()
         found, pinned = violations(route, ctx.arguments, rules, plan=False, client_roots=client)
         if found:
             rule, reason = found[0]
@@ -190,9 +189,9 @@ class StaticRules:
         return None
 
 
-async def _client_roots(server: str) -> tuple[str, ...]:
+async def _client_roots(ctx: ExecutionContext, server: str) -> tuple[str, ...]:
     """The roots of the client whose request this call serves: none if it has none or cannot say."""
-    peer = calling_peer.get()
+    peer = ctx.scope.peer
     if peer is None:
         return ()
     answer = await peer.list_roots(server)

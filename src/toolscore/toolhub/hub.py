@@ -21,6 +21,7 @@ import mcp_types
 from toolscore._engine import CallOutcome, ConfirmFn, ToolExecutionEngine, error_result
 from toolscore.config import CapabilitySettings, Config
 from toolscore.downstream.registry import Registry
+from toolscore.scope import CallScope
 from toolscore.toolhub.capabilities import Capabilities, Tagged, index_capabilities
 from toolscore.toolhub.catalog import CALL_TOOL, OWN_TOOLS, SEARCH_TOOLS, catalog_mode
 from toolscore.toolhub.scoring import Scoreboard
@@ -185,6 +186,7 @@ class ToolHub:
         confirm: ConfirmFn | None = None,
         progress: ProgressFn | None = None,
         sample: Sample | None = None,
+        scope: CallScope | None = None,
     ) -> mcp_types.CallToolResult:
         """Answer a call to one of the hub's own tools (`handles(name)`); `sample` asks the client's model."""
         if (refusal := self._refusals.get(name)) is not None:
@@ -205,7 +207,7 @@ class ToolHub:
             if tool in OWN_TOOLS or tool == "orchestrate":
                 return error_result(f"call_tool calls the servers' tools; call '{tool}' directly.")
             run = await self._engine.execute(
-                tool, inner, request_id=request_id, session_id=caller, confirm=confirm, progress=progress
+                tool, inner, request_id=request_id, session_id=caller, confirm=confirm, progress=progress, scope=scope
             )
             return run.result
         capability, inner, strategy = args.get("capability"), args.get("arguments", {}), args.get("strategy")
@@ -215,7 +217,14 @@ class ToolHub:
                 "'strategy'?: 'first_success' | 'all' | 'fallback'}."
             )
         return await self.call_capability(
-            capability, inner, strategy=strategy, request_id=request_id, caller=caller, confirm=confirm, sample=sample
+            capability,
+            inner,
+            strategy=strategy,
+            request_id=request_id,
+            caller=caller,
+            confirm=confirm,
+            sample=sample,
+            scope=scope,
         )
 
     def _servers(self) -> str:
@@ -234,6 +243,7 @@ class ToolHub:
         confirm: ConfirmFn | None = None,
         plan_id: str | None = None,
         sample: Sample | None = None,
+        scope: CallScope | None = None,
     ) -> mcp_types.CallToolResult:
         """Call the best candidates for `capability` with `arguments`, by the capability's strategy."""
         from toolscore.toolhub.mapping import map_arguments
@@ -271,6 +281,7 @@ class ToolHub:
                 timeout=settings.timeout,
                 session_id=caller,
                 confirm=confirm,
+                scope=scope,
             )
 
         tried = [Attempt(t.route.public_name, "cancelled") for t, _ in picked]
