@@ -307,13 +307,13 @@ async def _one_shot(args: argparse.Namespace, gw: Gateway, out: list[str]) -> in
 
 
 def _record_line(r: AuditRecord) -> str:
-    where = f"{r.server}.{r.remote_tool}" if r.server else r.tool
+    # The tool as clients see it (`everything__echo`), the name `stats` reports it under too.
     status = "ok" if r.success else (r.error_kind or "failed")
     extra = f" plan={r.plan_id}" if r.plan_id else ""
     if r.outcome:
         extra += " " + ",".join(f"{k}={v}" for k, v in sorted(r.outcome.items()))
     tokens = f" tokens={r.actual_tokens}" if r.actual_tokens else ""
-    return f"{r.time.isoformat(timespec='seconds')} {where} {status} {r.duration_ms:.1f}ms{tokens}{extra}"
+    return f"{r.time.isoformat(timespec='seconds')} {r.tool} {status} {r.duration_ms:.1f}ms{tokens}{extra}"
 
 
 def _audit(args: argparse.Namespace, config: Config) -> int:
@@ -359,8 +359,21 @@ def _audit(args: argparse.Namespace, config: Config) -> int:
     else:
         records = read_audit(path, warn=warn)
     stats = compute_stats(records, slow_ms=slow_ms, since=since, server=args.server)
+    if args.server is not None and args.server not in stats.servers:
+        # Zeros for a misspelt name would read as "that server did nothing".
+        seen = ", ".join(stats.servers) or "none"
+        print(
+            f"toolscore: error: --server {args.server!r}: no call to that server in the audit log"
+            f"{' since ' + args.since if args.since else ''}; servers seen: {seen}",
+            file=sys.stderr,
+        )
+        return 1
     traj = args.trajectories or trajectory_path(config)
-    loop = loop_stats(read_trajectories(traj)) if traj is not None and traj.is_file() else None
+    loop = (
+        loop_stats(read_trajectories(traj), since=since.timestamp() if since is not None else None, server=args.server)
+        if traj is not None and traj.is_file()
+        else None
+    )
     if args.json:
         print(json.dumps({**stats.as_dict(), **({"loop": loop} if loop is not None else {})}, indent=2))
         return 0
@@ -368,9 +381,17 @@ def _audit(args: argparse.Namespace, config: Config) -> int:
     print(
         f"calls {stats.calls}  ok {stats.successes}  failed {stats.failures}  tasks {stats.tasks} "
         f"(solved {stats.solved_tasks}, plans {stats.plans})\n"
-        f"tokens {stats.tokens}  TPST {tpst}  violations {stats.violations}  batched {stats.batched}\n"
-        f"token waste: {stats.wasteful_estimates} estimates off by > 20 %, {stats.wasted_tokens} tokens"
+        f"tokens {stats.tokens}  TPST {tpst}  violations {stats.violations}  batched {stats.batched}"
     )
+    if stats.failures_by_kind:
+        print("failures by kind: " + ", ".join(f"{kind} {n}" for kind, n in stats.failures_by_kind.items()))
+    if stats.wasteful_estimates:
+        print(
+            f"token estimates: {stats.wasteful_estimates} of {stats.calls} calls used over 20 % more or fewer "
+            f"tokens than predicted before the call (arguments + the tool's average result so far), "
+            f"{stats.wasted_tokens} tokens off in all: those tools' results vary in size; give them a size "
+            f"limit (max_length, a page size) where they take one"
+        )
     if loop is not None:
         turns = loop["turns_per_task"]
         causes = ", ".join(f"{k} {v}" for k, v in loop["failure_causes"].items()) or "none"

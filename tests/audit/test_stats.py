@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -14,21 +15,40 @@ from toolscore.cli import main
 
 LOG = [
     # two passthrough calls: one solved, one failed; one with a bad estimate
-    {"tool": "a__x", "server": "a", "success": True, "duration_ms": 10, "estimated_tokens": 100, "actual_tokens": 100},
     {
         "tool": "a__x",
         "server": "a",
+        "remote_tool": "x",
+        "success": True,
+        "duration_ms": 10,
+        "estimated_tokens": 100,
+        "actual_tokens": 100,
+    },
+    {
+        "tool": "a__x",
+        "server": "a",
+        "remote_tool": "x",
         "success": False,
+        "error_kind": "tool_error",
         "duration_ms": 30,
         "estimated_tokens": 100,
         "actual_tokens": 50,
         "violations": ["tools: denied"],
     },
     # a plan of two steps on server b, solved
-    {"tool": "b__y", "server": "b", "success": True, "duration_ms": 2000, "plan_id": "p1", "actual_tokens": 250},
     {
         "tool": "b__y",
         "server": "b",
+        "remote_tool": "y",
+        "success": True,
+        "duration_ms": 2000,
+        "plan_id": "p1",
+        "actual_tokens": 250,
+    },
+    {
+        "tool": "b__y",
+        "server": "b",
+        "remote_tool": "y",
         "success": True,
         "duration_ms": 4000,
         "plan_id": "p1",
@@ -88,3 +108,70 @@ def test_the_audit_commands_print_the_report_and_skip_a_torn_line(
     assert main(["audit", "tail", "-n", "2", "--file", str(path)]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 2 and "plan=p1" in lines[1] and "ok=2" in lines[1]
+
+
+def recorded_trajectories(tmp_path: Path) -> Path:
+    """Two finished `delegate` tasks: one at 10:00 that called server a, one at 10:05 that called b."""
+    path = tmp_path / "trajectories.jsonl"
+    rows = []
+    for episode, minute, server, reason in (("e1", 0, "a", "answer"), ("e2", 5, "b", "max_turns")):
+        ended = datetime(2026, 11, 22, 10, minute, tzinfo=UTC).timestamp()
+        rows.append({"type": "start", "episode": episode, "time": ended - 1, "task": "t", "system": "s"})
+        rows.append({"type": "turn", "episode": episode, "turn": 1, "A": "", "O": None})
+        rows.append(
+            {
+                "type": "end",
+                "episode": episode,
+                "time": ended,
+                "stop_reason": reason,
+                "tokens": 10,
+                "calls": {server: 1},
+            }
+        )
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def loop_report(capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, int]:
+    assert main(["audit", "stats", *args, "--json"]) == 0
+    loop = json.loads(capsys.readouterr().out)["loop"]
+    return {"tasks": loop["tasks"], "solved": loop["solved"]}
+
+
+def test_since_and_server_filter_the_agent_loop_figures_too(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    files = ["--file", str(recorded_log(tmp_path)), "--trajectories", str(recorded_trajectories(tmp_path))]
+    assert loop_report(capsys, *files) == {"tasks": 2, "solved": 1}
+    assert loop_report(capsys, *files, "--server", "a") == {"tasks": 1, "solved": 1}
+    assert loop_report(capsys, *files, "--server", "b") == {"tasks": 1, "solved": 0}
+    assert loop_report(capsys, *files, "--since", "2026-11-22T10:01:00") == {"tasks": 1, "solved": 0}
+
+
+def test_a_server_the_log_never_saw_is_named_with_the_ones_it_did(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = recorded_log(tmp_path)
+    assert main(["audit", "stats", "--file", str(path), "--server", "nosuch"]) == 1
+    printed = capsys.readouterr()
+    assert printed.out == ""
+    assert "--server 'nosuch': no call to that server in the audit log; servers seen: a, b" in printed.err
+
+
+def test_the_report_breaks_failures_down_and_says_what_token_estimates_missed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = recorded_log(tmp_path)
+    assert compute_stats(read_audit(path), slow_ms=1000).failures_by_kind == {"tool_error": 1}
+    assert main(["audit", "stats", "--file", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "failures by kind: tool_error 1" in out
+    assert "token estimates: 1 of 4 calls used over 20 % more or fewer tokens than predicted" in out
+    assert "50 tokens off in all" in out
+
+
+def test_tail_names_a_tool_as_stats_does(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = recorded_log(tmp_path)
+    assert main(["audit", "tail", "-n", "5", "--file", str(path)]) == 0
+    tools = [line.split()[1] for line in capsys.readouterr().out.splitlines()]
+    assert tools == ["a__x", "a__x", "b__y", "b__y", "orchestrate"]
+    assert main(["audit", "stats", "--file", str(path)]) == 0
+    assert re.search(r"^a__x\s", capsys.readouterr().out, re.MULTILINE)

@@ -3,19 +3,22 @@
 Definitions (also in docs/audit.md):
 
 - a **task** is one front call: a passthrough call, or one `orchestrate` plan (its steps are part
-  of it). A task is **solved** when it succeeded (every step `ok`, for a plan);
+  of it). A task is **solved** when it succeeded (for a plan: when its blocks say it did, so a
+  failed alternative a `<fallback>` recovered from leaves it solved);
 - **TPST**, tokens per solved task: the tokens of every downstream call (arguments + results,
   plan steps included) divided by the number of solved tasks;
 - a **slow tool** has a p95 duration above the threshold;
-- **token waste**: calls whose estimated and actual tokens differ by more than 20 % (accuracy
-  `min/max` below 0.8), and the tokens by which the estimate missed.
+- **token waste**: calls whose tokens the gateway predicted before the call (the arguments plus
+  the tool's usual result size) and counted after it differ by more than 20 % (accuracy `min/max`
+  below 0.8), and the tokens by which the prediction missed;
+- **failures by kind**: the failed calls counted by `error_kind` (`tool_error`, `timeout`, ...).
 """
 
 from __future__ import annotations
 
 import re
 import statistics
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -61,6 +64,10 @@ class AuditStats:
     slow_threshold_ms: float = 0.0
     tools: list[ToolStats] = field(default_factory=list)
     slow_tools: list[str] = field(default_factory=list)
+    failures_by_kind: dict[str, int] = field(default_factory=dict)
+    """Failed calls per `error_kind`, most first (`failed` for a record that names none)."""
+    servers: list[str] = field(default_factory=list)
+    """Every server the log's calls went to (in the time range), sorted: for `--server` to check against."""
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready."""
@@ -96,9 +103,13 @@ def compute_stats(
     stats = AuditStats(slow_threshold_ms=slow_ms)
     durations: dict[str, list[float]] = defaultdict(list)
     per_tool: dict[str, ToolStats] = {}
+    kinds: Counter[str] = Counter()
+    servers: set[str] = set()
     for record in records:
         if since is not None and record.time < since:
             continue
+        if record.server:
+            servers.add(record.server)
         if record.tool == PLAN_TOOL and record.phase == "plan":
             if server is None:
                 stats.tasks += 1
@@ -110,6 +121,8 @@ def compute_stats(
         stats.calls += 1
         stats.successes += record.success
         stats.failures += not record.success
+        if not record.success:
+            kinds[record.error_kind or "failed"] += 1
         stats.violations += len(record.violations)
         stats.batched += record.batched
         if record.plan_id is None:
@@ -133,4 +146,6 @@ def compute_stats(
     stats.tools = sorted(per_tool.values(), key=lambda t: (-t.calls, t.tool))
     stats.slow_tools = [t.tool for t in stats.tools if t.p95_ms > slow_ms]
     stats.tpst = round(stats.tokens / stats.solved_tasks, 1) if stats.solved_tasks else None
+    stats.failures_by_kind = dict(sorted(kinds.items(), key=lambda kv: (-kv[1], kv[0])))
+    stats.servers = sorted(servers)
     return stats

@@ -135,15 +135,27 @@ def chat_records(records: Iterable[dict[str, Any]], *, solved_only: bool = False
         }
 
 
-def loop_stats(records: Iterable[dict[str, Any]]) -> dict[str, Any]:
-    """Tasks, turns per task, tokens per solved task (TPST) and why the others stopped."""
+def _selected(end: dict[str, Any], since: float | None, server: str | None) -> bool:
+    """Whether an episode's `end` record is in the report's time range and, with `server`, called it."""
+    ended = end.get("time")
+    if since is not None and not (isinstance(ended, int | float) and ended >= since):
+        return False
+    calls = end.get("calls")
+    return server is None or (isinstance(calls, dict) and bool(calls.get(server)))
+
+
+def loop_stats(
+    records: Iterable[dict[str, Any]], *, since: float | None = None, server: str | None = None
+) -> dict[str, Any]:
+    """Tasks, turns per task, tokens per solved task (TPST) and why the others stopped: of the
+    tasks that ended at or after `since` (a Unix time), and that called `server` if one is named."""
     turns: list[int] = []
     tokens_total = 0
     solved = 0
     causes: Counter[str] = Counter()
     for rows in _episodes(records).values():
         end = next((r for r in rows if r.get("type") == "end"), None)
-        if end is None:
+        if end is None or not _selected(end, since, server):
             continue
         turns.append(sum(1 for r in rows if r.get("type") == "turn"))
         tokens_total += int(end.get("tokens") or 0)
