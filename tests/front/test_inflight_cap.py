@@ -19,7 +19,8 @@ import pytest
 from mcp import Client
 
 from tests.conftest import FIXTURES, TOOLSCORE, make_config, running_gateway, text, write_config
-from tests.security.test_limits import answer, send
+from tests.security.test_limits import answer
+from tests.security.test_limits import send as write
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
 
@@ -32,6 +33,17 @@ def _ask(request_id: int) -> bytes:
     return json.dumps({"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params}).encode()
 
 
+def _in_era(line: bytes) -> bytes:
+    """A request as a 2026-07-28 client sends it: no handshake, its era in each request's `_meta`."""
+    message = json.loads(line)
+    message.setdefault("params", {})["_meta"] = {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "0"},
+        "io.modelcontextprotocol/clientCapabilities": {},
+    }
+    return json.dumps(message).encode()
+
+
 def _responses(proc: subprocess.Popen[bytes], count: int) -> dict[Any, dict[str, Any]]:
     """The next `count` responses by id (notifications the gateway sends meanwhile are skipped)."""
     found: dict[Any, dict[str, Any]] = {}
@@ -42,7 +54,8 @@ def _responses(proc: subprocess.Popen[bytes], count: int) -> dict[Any, dict[str,
     return found
 
 
-def test_stdio_answers_calls_over_the_cap_at_once_and_frees_slots_as_calls_end(tmp_path: Path) -> None:
+@pytest.mark.parametrize("era", ["handshake", "2026-07-28"])  # the hot path and express lane; the SDK's path
+def test_stdio_answers_calls_over_the_cap_at_once_and_frees_slots_as_calls_end(tmp_path: Path, era: str) -> None:
     config = write_config(tmp_path, {"bc": SERVER})
     settings = json.loads(config.read_text())
     settings["toolscore"]["max_calls_in_flight"] = CAP
@@ -50,31 +63,49 @@ def test_stdio_answers_calls_over_the_cap_at_once_and_frees_slots_as_calls_end(t
     proc = subprocess.Popen(
         [TOOLSCORE, "serve", "--config", str(config)], stdin=subprocess.PIPE, stdout=subprocess.PIPE
     )
+    modern = era != "handshake"
+
+    def send(proc: subprocess.Popen[bytes], data: bytes) -> None:
+        lines = data.split(b"\n")
+        write(proc, b"\n".join(_in_era(line) if modern and b'"id"' in line else line for line in lines))
+
     try:
-        init = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}
-        send(proc, json.dumps({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": init}).encode())
-        assert answer(proc)["id"] == 0
-        send(proc, b'{"jsonrpc":"2.0","method":"notifications/initialized"}')
-        # CAP calls that wait, then three more and a ping, all in one write.
-        burst = [_ask(n) for n in range(1, CAP + 4)] + [b'{"jsonrpc":"2.0","id":"p","method":"ping"}']
+        if not modern:
+            init = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}
+            send(proc, json.dumps({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": init}).encode())
+            assert answer(proc)["id"] == 0
+            send(proc, b'{"jsonrpc":"2.0","method":"notifications/initialized"}')
+        # CAP calls that wait, then three more and a ping, all in one write (2026-07-28 has no
+        # ping: a tools/list stands in for it).
+        probe = b'{"jsonrpc":"2.0","id":"p","method":"' + (b"tools/list" if modern else b"ping") + b'"}'
+        burst = [_ask(n) for n in range(1, CAP + 4)] + [probe]
         send(proc, b"\n".join(burst))
         by_id = _responses(proc, 4)  # the three over the cap and the ping: nothing else can end
-        assert by_id["p"]["result"] == {}
+        assert "result" in by_id["p"], by_id
         over = [by_id[n] for n in range(CAP + 1, CAP + 4)]
         for reply in over:
             result = reply["result"]
             assert result["isError"] and "max_calls_in_flight" in result["content"][0]["text"], result
             assert f"{CAP} calls in flight" in result["content"][0]["text"]
-        # Cancelling the waiting calls frees their slots: the next call is taken again.
-        for n in range(1, CAP + 1):
-            cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": n}}
-            send(proc, json.dumps(cancel).encode())
-        release = {"name": "bc__release", "arguments": {"count": 1}}
-        send(proc, _ask(100))
-        send(proc, json.dumps({"jsonrpc": "2.0", "id": 101, "method": "tools/call", "params": release}).encode())
-        done = _responses(proc, 2)
-        assert done[100]["result"]["content"][0]["text"] == "logged", done
-        assert done[101]["result"]["content"][0]["text"] == "released", done
+        # Ending one waiting call frees its slot (a cancelled call gets no answer): the release
+        # takes it (sent again while it is refused: the cancel may still be under way), and every
+        # other call in flight is answered.
+        send(proc, b'{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1}}')
+        release_id = 100
+        while True:
+            release_id += 1
+            params = {"name": "bc__release", "arguments": {"count": CAP - 1}}
+            send(
+                proc,
+                json.dumps({"jsonrpc": "2.0", "id": release_id, "method": "tools/call", "params": params}).encode(),
+            )
+            first = _responses(proc, 1)
+            if release_id not in first or not first[release_id]["result"].get("isError"):
+                break
+            assert "max_calls_in_flight" in first[release_id]["result"]["content"][0]["text"], first
+        done = first | _responses(proc, CAP - 1)  # the release and the CAP - 1 calls still waiting
+        assert done[release_id]["result"]["content"][0]["text"] == "released", done
+        assert [done[n]["result"]["content"][0]["text"] for n in range(2, CAP + 1)] == ["logged"] * (CAP - 1), done
     finally:
         proc.kill()
         proc.wait()
