@@ -14,8 +14,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
 from tests.conftest import fixture_entry, http_gateway_process, write_config
+from tests.fixtures.fixture_server import build_server
+from toolscore._gateway import http_pages, open_gateway
 from toolscore.audit.sinks import AuditRecord, MemoryAuditSink
 from toolscore.telemetry.metrics import OTHER, UNROUTED, CallMetrics, MetricsSink, ServerGauge
+from toolscore.testing import memory_config
 
 TOKEN = "metrics-test-token-0123456789"
 
@@ -131,3 +134,23 @@ def test_metrics_sit_behind_the_fronts_guard(http_gateway: str) -> None:
     assert httpx2.get(http_gateway + "/metrics", headers=wrong_origin, timeout=5).status_code == 403
     ok = {"Authorization": f"Bearer {TOKEN}"}
     assert httpx2.post(http_gateway + "/metrics", headers=ok, timeout=5).status_code == 405
+
+
+@pytest.mark.anyio
+async def test_records_a_sink_drops_itself_are_counted_as_lost(tmp_path: Path) -> None:
+    """The audit file (or stream) drops and logs a record it cannot write, without raising:
+    /metrics said `toolscore_audit_lost_total 0` while the log said 701 records were lost."""
+    # /dev/full takes the open and refuses every write (ENOSPC): a full disk.
+    config = memory_config(["fx"], toolscore={"audit": {"path": "/dev/full"}})
+    async with (
+        open_gateway(config, memory_servers={"fx": build_server(tmp_path)}, metrics=CallMetrics()) as gw,
+        Client(gw.server) as client,
+    ):
+        for _ in range(3):
+            assert not (await client.call_tool("fx__echo", {"text": "hi"})).is_error
+        page = http_pages(gw)["/metrics"]
+        async with httpx2.AsyncClient(transport=httpx2.ASGITransport(page), base_url="http://gw") as http:
+            response = await http.get("/metrics")
+    samples = _samples(response.text)
+    assert _value(samples, "toolscore_calls_total", server="fx", tool="fx__echo", outcome="ok") == 3
+    assert _value(samples, "toolscore_audit_lost_total") == 3
