@@ -20,6 +20,16 @@ __all__ = ["REDACTED", "Redactor", "redact_text"]
 
 REDACTED = "[REDACTED]"
 
+# A key that says secret: password, passwd, secret, token, api_key / apikey, secret_key, any name
+# ending in one of these after `_`, `-` or `.` (`db_password`, `client_secret`, `GITHUB_TOKEN`),
+# in any case. A whole word only: `passwords`, `password_hash` and `tokens` are not keys. The
+# lookbehind pins every match to the start of a name part, so a pattern tries each position once.
+_KEY = (
+    r"(?i:(?<![A-Za-z0-9])"
+    r"(?:password|passwd|secret|token|api[_-]?key|(?:secret|private|access)[_-]key)"
+    r"(?![A-Za-z0-9_-]))"
+)
+
 _BUILTIN = [
     r"-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?-----END [A-Z ]*PRIVATE KEY-----",
     r"\bAKIA[0-9A-Z]{16}\b",  # AWS access key id
@@ -31,7 +41,15 @@ _BUILTIN = [
     r"\beyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}",  # JWT
     r"(?i:\bbearer\s+)(?P<secret>[A-Za-z0-9._~+/\-]{16,}=*)",
     r"://[^/\s:@]+:(?P<secret>[^/\s@]+)@",  # user:password@host
-    r"""(?i:(?:api[_-]?key|secret|token|password|passwd)["']?\s{0,3}[:=]\s{0,3}["']?)(?P<secret>[^\s"',;]{8,})""",
+    # `key = 'value with spaces'`, `"key": "value"`: a quoted value, whatever its length.
+    _KEY + r"""["']?[ \t]{0,3}[:=][ \t]{0,3}(?P<q>["'])(?P<secret>(?:(?!(?P=q))[^\r\n])+)(?P=q)""",
+    # `key=value`: an unquoted value of any length.
+    _KEY + r"""["']?[ \t]{0,3}=[ \t]{0,3}(?P<secret>[^\s"',;&<>]+)""",
+    # `key: value`: only where the value ends the line or the field (`key: value,` or `key: value
+    # other_key: …`), so prose such as "reset your password: click below" is left alone.
+    # Possessive, and no `:` or `=` in the value, so no text is scanned twice.
+    _KEY + r"""["']?[ \t]{0,3}:[ \t]{0,3}(?P<secret>[^\s"',;&<>:=)\]}]++)"""
+    r"""(?=[ \t]*(?:[\r\n,;})\]]|$)|[ \t]+[A-Za-z_][\w.-]{0,64}[ \t]?[:=])""",
 ]
 
 
@@ -40,6 +58,7 @@ _BUILTIN = [
 _ANCHORS = (
     "-----begin", "akia", "gh", "github_pat_", "sk-", "xox", "aiza", "eyj", "bearer", "://",
     "api_key", "api-key", "apikey", "secret", "token", "password", "passwd",
+    "private_key", "private-key", "access_key", "access-key",
 )  # fmt: skip
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,16 @@ LEAKS = [
     ("postgres://admin:hunter22@db:5432/x", f"postgres://admin:{REDACTED}@db:5432/x"),
     ('{"api_key": "0123456789abcdef"}', f'{{"api_key": "{REDACTED}"}}'),
     ("PASSWORD=correct-horse-battery", f"PASSWORD={REDACTED}"),
+    # Short values and quoted values with spaces (the pattern once needed 8+ characters, no spaces).
+    ("password=hunter2", f"password={REDACTED}"),
+    ("db_password = 'correct horse battery'", f"db_password = '{REDACTED}'"),
+    ('{"client_secret": "a b"}', f'{{"client_secret": "{REDACTED}"}}'),
+    ("password: hunter2", f"password: {REDACTED}"),
+    ("user: bob passwd: hunter2 host: db", f"user: bob passwd: {REDACTED} host: db"),
+    ("GITHUB_TOKEN=abc", f"GITHUB_TOKEN={REDACTED}"),
+    ("Api-Key: k1,", f"Api-Key: {REDACTED},"),
+    ("aws_access_key=k", f"aws_access_key={REDACTED}"),
+    ("/cb?token=abc&next=2", f"/cb?token={REDACTED}&next=2"),
 ]
 
 
@@ -39,8 +50,38 @@ def test_each_kind_of_secret_is_redacted_and_only_the_secret_part(leak: str, cle
 
 
 def test_text_without_secrets_is_left_alone() -> None:
-    for harmless in ("", "plain words", "a token of thanks", "password=short", "https://example.com/a:b"):
+    for harmless in (
+        "",
+        "plain words",
+        "a token of thanks",
+        "https://example.com/a:b",
+        "Reset your password: click the link below.",
+        "The secret is stored in a vault; passwords: many kinds.",
+        "max_tokens: 1000, tokens=5, password_hash=x",
+    ):
         assert Redactor().text(harmless) == harmless
+
+
+def cpu_seconds(text: str) -> float:
+    """The best CPU seconds of three redactions of `text` (CPU time holds steady on a busy machine)."""
+    best = float("inf")
+    for _ in range(3):
+        began = time.process_time()
+        Redactor().text(text)
+        best = min(best, time.process_time() - began)
+    return best
+
+
+@pytest.mark.parametrize(
+    "unit", ["password:", "password=", "password: '", 'token="', "password:a", "a_", "_secret"], ids=str
+)
+def test_hostile_text_is_redacted_in_linear_time(unit: str) -> None:
+    """Keys without end, quotes never closed: 4x the text takes about 4x the time, never 16x."""
+    small = cpu_seconds(unit * 4_000 + "x y")
+    large = cpu_seconds(unit * 16_000 + "x y")
+    assert large < 5  # a quadratic pattern would take minutes
+    if large > 0.02:  # below that the ratio is noise
+        assert large / small < 12, (small, large)
 
 
 def test_extra_patterns_apply_to_every_text() -> None:
