@@ -11,7 +11,7 @@ import pytest
 from mcp import Client
 
 from tests.conftest import text
-from toolscore.testing import FakeDownstream, running_gateway
+from toolscore.testing import FakeDownstream, memory_config, running_gateway
 from toolscore.toolhub.catalog import listing_bytes
 
 pytestmark = pytest.mark.anyio
@@ -165,3 +165,29 @@ async def test_capability_results_keep_non_text_blocks_and_structured_content() 
         assert isinstance(result.content[0], mcp_types.ImageContent)
         assert result.structured_content == {"n": 1}
         assert "img__chart ok" in text(result.model_copy(update={"content": result.content[1:]}))
+
+
+DENIALS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
+    # how: (weather0's entry, the constraints section)
+    "server tools filter": ({"tools": {"deny": ["delete_*"]}}, {}),
+    "global policy": ({}, {"enabled": True, "tools": {"deny": ["weather0__delete*"]}}),
+    "per-server policy": (
+        {"constraints": {"tools": {"deny": ["delete_*"]}}},
+        {"enabled": True, "tools": {"deny": []}},
+    ),
+}
+
+
+@pytest.mark.parametrize("how", list(DENIALS))
+async def test_search_never_shows_nor_counts_a_denied_tool(how: str) -> None:
+    """`search_tools` answered the full definition of a tool every call of which is refused."""
+    entry, constraints = DENIALS[how]
+    config = memory_config({"weather0": entry, "stock1": {}}, toolscore={"catalog": "search"}, constraints=constraints)
+    async with running_gateway(catalog(2, 10), config=config) as (gw, _), Client(gw.server) as client:
+        listed = (await client.list_tools()).tools
+        found = await client.call_tool("search_tools", {"query": "delete weather stock record", "k": 20})
+    names = [tool["name"] for tool in json.loads(text(found))]
+    assert "weather0__delete_weather_4" not in names and "weather0__delete_weather_4" not in text(found)
+    assert "stock1__delete_stock_4" in names  # the same tool of another server is not denied
+    # orchestrate's description counts the tools per capability: the denied one is not counted.
+    assert "weather (9)" in (listed[0].description or "")
