@@ -2,23 +2,40 @@
 once with an error naming the cap, the reader never waits, and a freed slot is taken again.
 
 Before, 40,000 `tools/call` in one write held +518 MB and a `ping` waited 34 s behind them. The
-calls here wait on `tests/fixtures/backchannel_server.py`'s `ask` until released (no clock).
+calls here wait on `tests/fixtures/backchannel_server.py`'s `ask` until released (no clock): over
+stdio in both eras, in memory (two clients, and plans), and over HTTP, where a handshake session
+and a 2026-07-28 principal are each one client.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx2
 import mcp_types
 import pytest
 from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
 
-from tests.conftest import FIXTURES, TOOLSCORE, make_config, running_gateway, text, write_config
+from tests.conftest import (
+    FIXTURES,
+    TOOLSCORE,
+    fixture_entry,
+    free_port,
+    make_config,
+    running_gateway,
+    text,
+    write_config,
+)
 from tests.security.test_limits import answer
 from tests.security.test_limits import send as write
 
@@ -168,3 +185,73 @@ async def test_a_plan_holds_one_of_its_clients_calls_in_flight(tmp_path: Path) -
         ]
         # Every slot was given back: the busy client is served again.
         assert text(await busy.call_tool("bc__ask", {"what": "log", "text": "again"})) == "logged"
+
+
+# --- the HTTP front: a cap per session (handshake era), per principal (2026-07-28) ------------------
+
+ALICE, BOB = "alice-0123456789abcdefghij", "bob-9876543210zyxwvutsrqpo"
+
+
+@pytest.fixture(scope="module")
+def http_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A gateway over HTTP with a token per principal, capped at CAP, in front of `fx` and one
+    backchannel server per test (`legacy`, `auto`): a server's release lets every later ask through."""
+    tmp_path = tmp_path_factory.mktemp("http")
+    tokens = tmp_path / "tokens"
+    tokens.write_text(f"alice {ALICE}\nbob {BOB}\n")
+    tokens.chmod(0o600)
+    settings = {"audit": {"path": ""}, "log_dir": str(tmp_path / "logs"), "startup_grace_seconds": None}
+    config = write_config(
+        tmp_path,
+        {"legacy": SERVER, "auto": SERVER, "fx": fixture_entry(tmp_path)},
+        toolscore={**settings, "max_calls_in_flight": CAP},
+    )
+    port = free_port()
+    argv = [TOOLSCORE, "serve", "--transport", "http", "--config", str(config), "--port", str(port)]
+    env = {k: v for k, v in os.environ.items() if k != "TOOLSCORE_TOKEN"}
+    proc = subprocess.Popen([*argv, "--token-file", str(tokens)], stderr=subprocess.DEVNULL, env=env)
+    try:
+        while True:  # until it listens (the ceiling: the test's own timeout)
+            assert proc.poll() is None, "the gateway exited"
+            try:
+                httpx2.get(f"http://127.0.0.1:{port}/", timeout=1)
+                break
+            except httpx2.TransportError:
+                time.sleep(0.1)
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=15)
+
+
+@asynccontextmanager
+async def _client(url: str, token: str, mode: str) -> AsyncIterator[Client]:
+    async with (
+        httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60) as http,
+        Client(streamable_http_client(url, http_client=http), mode=mode) as session,  # type: ignore[arg-type]
+    ):
+        yield session
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"])  # a handshake session; 2026-07-28 requests
+async def test_http_caps_each_session_or_principal_apart(http_url: str, mode: str) -> None:
+    # Handshake era: alice's second session is another client. 2026-07-28: bob is; alice's
+    # requests are one client however many connections carry them.
+    other_token = ALICE if mode == "legacy" else BOB
+    async with _client(http_url, ALICE, mode) as busy, _client(http_url, other_token, mode) as other:
+        results: list[mcp_types.CallToolResult] = []
+
+        async def ask(n: int) -> None:
+            results.append(await busy.call_tool(f"{mode}__ask", {"what": "log", "text": str(n)}))
+
+        with anyio.fail_after(120):  # a hang detector
+            async with anyio.create_task_group() as tg:
+                for n in range(CAP):
+                    tg.start_soon(ask, n)
+                # A quick call is taken until the CAP asks are all in flight, then refused at once.
+                while not (quick := await busy.call_tool("fx__echo", {"text": "q"})).is_error:
+                    assert text(quick) == "q"
+                assert f"{CAP} calls in flight" in text(quick) and "max_calls_in_flight" in text(quick)
+                assert text(await other.call_tool("fx__echo", {"text": "other"})) == "other"
+                assert text(await other.call_tool(f"{mode}__release", {"count": CAP})) == "released"
+        assert [text(r) for r in results] == ["logged"] * CAP
