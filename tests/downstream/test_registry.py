@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import time
+import uuid
 from typing import Any
 
 import mcp_types
@@ -147,3 +149,29 @@ def test_a_required_property_with_a_default_may_be_left_out_as_the_server_allows
     assert "is not one of" in route.schema_errors({"must": "m", "scale": "huge"})[0].message
     # Clients see the server's schema unchanged.
     assert route.tool.input_schema == SCREENSHOT
+
+
+def test_a_rebuild_does_not_check_the_same_definitions_again() -> None:
+    """Each server that comes up rebuilds the index of every tool: checking each definition
+    against the meta-schema every time made a 200-tool catalog cost seconds to start."""
+    token = uuid.uuid4().hex  # definitions no earlier test checked
+    servers = {
+        f"s{s}": [
+            tool(f"t{t}", {"type": "object", "properties": {"id": {"description": f"{token} {s} {t}"}}})
+            for t in range(20)
+        ]
+        for s in range(10)
+    }
+    config = make_config({name: {"command": "x"} for name in servers})
+
+    def cpu() -> float:
+        start = time.process_time()
+        registry = build_registry(servers, config)
+        assert len(registry.tools()) == 200
+        return time.process_time() - start
+
+    first = cpu()
+    assert cpu() < first / 4
+    # A changed definition is checked anew: a bad schema is still caught after a clean build.
+    servers["s0"] = [tool("t0", {"type": "object", "properties": {"id": {"type": 3}}})]
+    assert build_registry(servers, config).get("s0__t0") is None

@@ -6,6 +6,7 @@ Rebuilt from scratch whenever a server's tool list changes; a rebuild is cheap n
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,6 +30,12 @@ __all__ = ["Registry", "Route", "build_registry"]
 # Results are re-validated per negotiated version by the SDK: one tool that fails there would
 # fail the whole tools/list, so every tool is checked against both protocol eras up front.
 _CHECK_VERSIONS = (LATEST_HANDSHAKE_VERSION, LATEST_MODERN_VERSION)
+
+# Every rebuild (one per server that comes up or changes its list) re-checks every tool, and a
+# meta-schema check costs milliseconds: remembered per definition, a 200-tool catalog is checked
+# once instead of once per server. Bounded, since a server may send new definitions forever.
+_CHECKED: dict[str, str | None] = {}
+_CHECKED_MAX = 8192
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,10 +118,21 @@ def _selected(name: str, allow: Sequence[str] | None, deny: Sequence[str]) -> bo
 
 
 def _schema_problem(tool: mcp_types.Tool) -> str | None:
-    """Why a client would refuse this tool definition, or None if it is fine."""
+    """Why a client would refuse this tool definition, or None if it is fine (remembered)."""
     dump: dict[str, Any] = mcp_types.ListToolsResult(tools=[tool]).model_dump(
         by_alias=True, mode="json", exclude_none=True
     )
+    key = json.dumps(dump, sort_keys=True, separators=(",", ":"))
+    if key in _CHECKED:
+        return _CHECKED[key]
+    problem = _definition_problem(tool, dump)
+    if len(_CHECKED) >= _CHECKED_MAX:
+        _CHECKED.clear()
+    _CHECKED[key] = problem
+    return problem
+
+
+def _definition_problem(tool: mcp_types.Tool, dump: dict[str, Any]) -> str | None:
     for version in _CHECK_VERSIONS:
         try:
             methods.serialize_server_result("tools/list", version, dump)
