@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -65,3 +66,28 @@ def test_the_command_prints_a_table_and_fails_when_a_server_failed(tmp_path: Pat
         [exe, "install", "nope", "--config", str(path)], capture_output=True, text=True, check=False
     )
     assert unknown.returncode == 2 and "not in the config: nope" in unknown.stderr
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="apt hints are installed only as root")
+def test_apt_waits_for_a_package_lock_another_manager_holds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """apt-get fails at once on a held lock unless told to wait: the install tells it to, and says so."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    calls = tmp_path / "calls"
+    (bin_dir / "dpkg").write_text("#!/bin/sh\nexit 1\n")  # nothing installed yet
+    # An apt-get whose lock is held: it succeeds only when asked to wait for it.
+    (bin_dir / "apt-get").write_text(
+        "#!/bin/sh\n"
+        f'echo "$*" >> {calls}\n'
+        'case "$*" in *DPkg::Lock::Timeout=*) exit 0;; esac\n'
+        "echo 'E: Could not get lock /var/lib/dpkg/lock-frontend. It is held by process 4242 (apt)' >&2\n"
+        "exit 100\n"
+    )
+    for tool in ("dpkg", "apt-get"):
+        (bin_dir / tool).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    lines: list[str] = []
+    (outcome, _) = install_servers(config(tmp_path, {"apt": ["some-lib"]}), log=lines.append)
+    assert outcome.status == "installed", outcome.message
+    assert calls.read_text().splitlines() == ["-o DPkg::Lock::Timeout=120 install -y --no-install-recommends some-lib"]
+    assert any("waits up to 120 s" in line and "lock" in line for line in lines), lines

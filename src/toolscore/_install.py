@@ -40,6 +40,10 @@ class InstallOutcome:
     message: str = ""
 
 
+APT_LOCK_WAIT_SECONDS = 120
+"""How long `apt-get` waits for the system package lock another package manager holds."""
+
+
 class _Failed(Exception):
     pass
 
@@ -82,12 +86,18 @@ def _apt(packages: Sequence[str], log: Log) -> None:
             f"needs Debian packages: run as root, or install them yourself: apt-get install {' '.join(missing)}"
         )
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    command = ["apt-get", "install", "-y", "--no-install-recommends", *missing]
-    log(f"  apt-get install {' '.join(missing)}")
+    # Another package manager (unattended-upgrades, a second apt) may hold the lock: wait for it,
+    # bounded, instead of failing at once.
+    wait = ["-o", f"DPkg::Lock::Timeout={APT_LOCK_WAIT_SECONDS}"]
+    command = ["apt-get", *wait, "install", "-y", "--no-install-recommends", *missing]
+    log(
+        f"  apt-get install {' '.join(missing)}"
+        f" (waits up to {APT_LOCK_WAIT_SECONDS} s while another package manager holds the lock)"
+    )
     try:
         _run(command, env=env)
     except _Failed:
-        _run(["apt-get", "update"], env=env)  # a fresh machine has no package lists yet
+        _run(["apt-get", *wait, "update"], env=env)  # a fresh machine has no package lists yet
         _run(command, env=env)
 
 
