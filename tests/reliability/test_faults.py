@@ -133,6 +133,22 @@ async def test_a_server_that_recovers_closes_the_breaker_at_the_half_open_probe(
         assert fx.connects == 1 and int(text(await client.call_tool("fx__pid", {}))) == pid
 
 
+@pytest.mark.anyio
+async def test_a_call_inside_its_deadline_is_not_ended_by_the_health_check(tmp_path: Path) -> None:
+    """A server busy with a call (here one blocking its own loop, as code that sleeps in a sandbox)
+    answers no ping until the call ends; the call's deadline decides, not two failed checks."""
+    async with (
+        checked(tmp_path, breaker_failures=1, health_failures=2) as (gw, _),
+        Client(gw.server, mode="legacy") as client,
+    ):
+        fx = gw.hub.downstreams["fx"]
+        # Long enough for several checks (every 0.3 s, 0.5 s to answer): once ended two of them.
+        result = await client.call_tool("fx__spin", {"seconds": 4})
+        assert not result.is_error and text(result) == "spun", text(result)
+        assert fx.connects == 1 and fx.breaker.state == "closed"
+        assert text(await client.call_tool("fx__echo", {"text": "after"})) == "after"
+
+
 # -- the gateway killed ------------------------------------------------------------------------------
 
 

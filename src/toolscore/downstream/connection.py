@@ -213,6 +213,12 @@ class Downstream:
         self._connect_timeout = connect_timeout
         self._on_tools_changed = on_tools_changed
         self._probing = False
+        self._calls = 0
+        """Tool calls in flight through `_call_exchange`: each still inside its deadline."""
+        self._restarting = False
+        """A connection that was up was lost, and the attempt after it has not ended: calls wait."""
+        self._attempted = anyio.Event()
+        """Set (then replaced) when a connection attempt ends, up or not."""
         self.state = ServerState.STARTING
         self.tools: tuple[mcp_types.Tool, ...] = ()
         self.error: str | None = None
@@ -276,6 +282,22 @@ class Downstream:
             reason = f"{reason}; restarting, retry in {wait:.1f} s"
         return reason
 
+    def call_refusal(self) -> str | None:
+        """Why a tool call must fail now, or None: `unavailable_reason`, but a call that arrives while
+        a server that was up restarts waits for it (`_call_exchange`), within its own deadline."""
+        return None if self._going_back_up() else self.unavailable_reason()
+
+    def _going_back_up(self) -> bool:
+        """The connection that was up is being restarted (lost, or down with its next attempt due)."""
+        return self._restarting or (self._client is not None and self._lost.is_set())
+
+    def busy(self) -> bool:
+        """Whether a tool call is in flight on the connection; each is inside its deadline (the engine
+        ends one at its deadline), so a server that does not answer a ping meanwhile may be busy with
+        it, not wedged."""
+        channel = self.transport.raw
+        return self._calls > 0 or (channel is not None and channel.busy)
+
     # -- calls ----------------------------------------------------------------------------------
 
     @asynccontextmanager
@@ -337,13 +359,12 @@ class Downstream:
         raw = await self._relay("tools/call", {"name": tool, "arguments": arguments}, what, scope, progress)
         if raw is not None:
             return self._without_stamp(self._parse(raw, mcp_types.CallToolResult, what))
-        channel = self._raw_channel()
-        if channel is not None:  # stdio: the gateway's own request line, one decoding of the answer
-            async with self._call_exchange(tool, scope):
-                answer = await channel.call(tool, arguments, progress=progress)
-            return self._without_stamp(answer.model() if isinstance(answer, RawResult) else answer)
-        request = mcp_types.CallToolRequest(params=mcp_types.CallToolRequestParams(name=tool, arguments=arguments))
         async with self._call_exchange(tool, scope) as session:
+            channel = self._raw_channel()  # the connection's, once `_call_exchange` has one
+            if channel is not None:  # stdio: the gateway's own request line, one decoding of the answer
+                answer = await channel.call(tool, arguments, progress=progress)
+                return self._without_stamp(answer.model() if isinstance(answer, RawResult) else answer)
+            request = mcp_types.CallToolRequest(params=mcp_types.CallToolRequestParams(name=tool, arguments=arguments))
             result = await session.send_request(request, mcp_types.CallToolResult, progress_callback=progress)
         return self._without_stamp(result)
 
@@ -431,7 +452,7 @@ class Downstream:
         cannot vouch for (`toolscore.downstream.raw`), the result is the SDK's model, as `call` gives.
         """
         channel = self._raw_channel_for(protocol_version)
-        if channel is None:
+        if channel is None or self._lost.is_set():  # `call` waits for a restarting server
             return await self.call(tool, arguments, progress=progress, scope=scope)
         async with self._call_exchange(tool, scope):
             answer = await channel.call(tool, arguments, progress=progress)
@@ -441,7 +462,9 @@ class Downstream:
         """The raw channel, where a call may be sent on it now and its result kept as bytes (what
         `call_raw` requires, and the breaker closed); else None. The express lane's (`front.express`),
         which hands the outcome to `call_outcome`."""
-        return None if self._refusal() is not None else self._raw_channel_for(protocol_version)
+        if self._refusal() is not None or self._lost.is_set():
+            return None
+        return self._raw_channel_for(protocol_version)
 
     def call_outcome(
         self, tool: str, outcome: RawResult | mcp_types.CallToolResult | MCPError | ValidationError
@@ -497,14 +520,24 @@ class Downstream:
 
     @asynccontextmanager
     async def _call_exchange(self, tool: str, scope: CallScope) -> AsyncIterator[ClientSession]:
-        """`_exchange` for `tools/call`: the server's JSON-RPC errors become `DownstreamProtocolError`."""
+        """`_exchange` for `tools/call`: the server's JSON-RPC errors become `DownstreamProtocolError`.
+
+        A call that arrives while a server that was up restarts (a health check's or a timeout's
+        restart, a crash, an OOM kill) waits for the next connection attempt, bounded by the call's
+        deadline, rather than failing though it was never sent.
+        """
+        if self._going_back_up():
+            await self._attempted.wait()
         async with self._exchange(f"the call to '{tool}'", scope, closed_note=_CALL_CLOSED_NOTE) as session:
+            self._calls += 1
             try:
                 yield session
             except MCPError as exc:
                 if _connection_lost(exc, self._client, self._lost):
                     raise  # `_exchange` says the server is being restarted
                 raise self._answered(tool, exc) from None
+            finally:
+                self._calls -= 1
 
     @staticmethod
     def _without_stamp(result: mcp_types.CallToolResult) -> mcp_types.CallToolResult:
@@ -600,7 +633,8 @@ class Downstream:
         """A call timed out: restart a server that is wedged (or, by config, any such server).
 
         With `on_timeout: "ping"` the server is pinged with its own deadline, and restarted only
-        if it does not answer: a slow tool is not a dead server.
+        if it does not answer: a slow tool is not a dead server. Nor is one still running another
+        call inside that call's deadline: restarting would end it; its own deadline comes.
         """
         client = self._client
         if client is None or self._probing:
@@ -615,7 +649,7 @@ class Downstream:
                     await client.session.send_ping()  # not `Client.send_ping`: see `ping`
                 except (MCPError, *_LOST_ERRORS, httpx2.TransportError):
                     return  # the connection is already going; the supervisor handles it
-            if scope.cancelled_caught and self._client is client:
+            if scope.cancelled_caught and self._client is client and not self.busy():
                 self.restart(f"no answer to ping within {self.config.ping_timeout:g} s after a call timed out")
         finally:
             self._probing = False
@@ -638,7 +672,14 @@ class Downstream:
                 await anyio.sleep(delay)
                 delay = min(delay * 2, BACKOFF_MAX)
         finally:
+            self._attempt_ended()  # no more attempts: calls waiting for one fail now
             self.transport.close()
+
+    def _attempt_ended(self) -> None:
+        """A connection attempt ended, up or not: wake the calls that waited for it."""
+        self._restarting = False
+        attempted, self._attempted = self._attempted, anyio.Event()
+        attempted.set()
 
     async def _connect_once(self) -> None:
         ready = anyio.Event()
@@ -684,6 +725,7 @@ class Downstream:
                 self.connects += 1
                 self._up_since = time.monotonic()
                 ready.set()
+                self._attempt_ended()
                 log.info("server up", server=self.label, tools=len(self.tools), start_s=round(self.start_seconds, 3))
                 await self._on_tools_changed()
                 await self._serve(client, lost)
@@ -696,6 +738,10 @@ class Downstream:
             if ended := self.transport.last_exit():  # the exit status and stderr say why, often
                 self.error = f"{self.error}; {ended}" if self.error else ended
             ready.set()
+            if was_up:
+                self._restarting = True  # calls wait for the next attempt
+            else:
+                self._attempt_ended()
             if was_up:
                 with anyio.CancelScope(shield=True):
                     await self._on_tools_changed()

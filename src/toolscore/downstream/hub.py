@@ -53,7 +53,11 @@ async def _nothing() -> None:
 
 async def _check_health(downstream: Downstream) -> None:
     """Ping `downstream` every `health_interval` seconds while it is up, and act on the breaker's
-    verdict: fail calls fast while it is open, restart the server after too many failures."""
+    verdict: fail calls fast while it is open, restart the server after too many failures.
+
+    A ping unanswered while a tool call is in flight does not count: a server running a call
+    (single-threaded, say) may not answer until it ends, and the call's own deadline, not the
+    health check, decides when it has taken too long (`Downstream.check_after_timeout`)."""
     interval = downstream.config.health_interval
     if interval is None:
         return
@@ -63,7 +67,11 @@ async def _check_health(downstream: Downstream) -> None:
         if downstream.state is not ServerState.UP:
             continue  # down or starting: the supervisor is on it
         breaker.checking(anyio.current_time())
+        busy = downstream.busy()
         problem = await downstream.ping()
+        if problem is not None and (busy or downstream.busy()):
+            log.debug("ping unanswered during a call; not counted", server=downstream.label, problem=problem)
+            continue
         verdict = breaker.record(problem, anyio.current_time())
         if verdict is Verdict.OPENED:
             log.warning("server unhealthy; calls fail fast", server=downstream.label, problem=problem)
@@ -225,7 +233,7 @@ class DownstreamHub:
     def unavailable_reason(self, server: str) -> str | None:
         """Why `server` cannot take calls now, or None; a down server's says when it is retried."""
         downstream = self.downstreams.get(server)
-        return "not configured" if downstream is None else downstream.unavailable_reason()
+        return "not configured" if downstream is None else downstream.call_refusal()
 
     def add_reap_hook(self, hook: Callable[[], None]) -> None:
         """Run `hook` on the event loop every few seconds, before instances are reaped."""

@@ -246,6 +246,11 @@ class RawChannel:
         self.on_log: LogFn | None = None
         """Receives the server's log messages while a call is in flight (None: the SDK does)."""
 
+    @property
+    def busy(self) -> bool:
+        """Whether a call is in flight on the channel (sent and not yet answered, failed or withdrawn)."""
+        return bool(self._calls)
+
     def claims(self, line: bytes) -> bool:
         """Whether `line` may be for this channel's calls in flight (a cheap look; `deliver` decides)."""
         return bool(self._calls) and (self._marker in line or (self.on_log is not None and _LOG in line))
