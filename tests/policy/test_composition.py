@@ -11,7 +11,7 @@ import mcp_types
 import pytest
 from mcp import Client
 
-from tests.conftest import memory_gateway
+from tests.conftest import memory_gateway, wait_for
 from tests.policy import config
 from toolscore.config import ConstraintsConfig, ServerConstraints, ToolRules
 from toolscore.policy import Policy, build_policy
@@ -97,29 +97,32 @@ def test_a_per_server_section_without_a_global_one_of_its_type_is_refused_at_imp
             check_overrides(model)
 
 
-Probe = Callable[[Client, str], Awaitable[bool]]
+Probe = Callable[[Client, str, Path], Awaitable[bool]]
 
 
 def calling(tool: str, arguments: dict[str, Any]) -> Probe:
     """A probe: whether this call to `<server>__<tool>` is refused."""
 
-    async def probe(client: Client, server: str) -> bool:
+    async def probe(client: Client, server: str, state_dir: Path) -> bool:
         return bool((await client.call_tool(f"{server}__{tool}", arguments)).is_error)
 
     return probe
 
 
-async def two_at_once(client: Client, server: str) -> bool:
-    """A probe: whether one of two concurrent calls is refused."""
-    results: list[mcp_types.CallToolResult] = []
+async def two_at_once(client: Client, server: str, state_dir: Path) -> bool:
+    """A probe: whether a call made while another is in flight on the server is refused."""
+    held: list[mcp_types.CallToolResult] = []
 
-    async def sleep() -> None:
-        results.append(await client.call_tool(f"{server}__sleep", {"seconds": 0.2}))
+    async def hold() -> None:
+        held.append(await client.call_tool(f"{server}__hold", {"text": server}))
 
     async with anyio.create_task_group() as tg:
-        tg.start_soon(sleep)
-        tg.start_soon(sleep)
-    return any(r.is_error for r in results)
+        tg.start_soon(hold)
+        await wait_for(lambda: (state_dir / f"held-{server}").exists(), 60)  # in flight, however slow the machine
+        second = await client.call_tool(f"{server}__echo", {"text": "x"})
+        (state_dir / f"release-{server}").write_text("go")
+    assert not held[0].is_error
+    return bool(second.is_error)
 
 
 # One override per `ServerConstraints` section, and a call that it refuses: adding a section
@@ -136,13 +139,13 @@ PROBES: dict[str, tuple[Any, Probe]] = {
 @pytest.mark.parametrize("section", sorted(ServerConstraints.model_fields))
 async def test_every_per_server_section_is_honoured_on_its_server_only(tmp_path: Path, section: str) -> None:
     override, probe = PROBES[section]
-    servers = {"fx": {"constraints": {section: override}}, "gx": {}}
+    servers = {"fx": {"constraints": {section: override}, "extra_tools": ["hold"]}, "gx": {"extra_tools": ["hold"]}}
     async with (
         memory_gateway(tmp_path, servers, constraints={"enabled": True}) as (gw, _),
         Client(gw.server, mode="legacy") as client,
     ):
-        assert await probe(client, "fx") is True
-        assert await probe(client, "gx") is False
+        assert await probe(client, "fx", tmp_path) is True
+        assert await probe(client, "gx", tmp_path) is False
 
 
 @pytest.mark.parametrize("catalog", ["full", "search"])

@@ -8,7 +8,7 @@ import anyio
 import mcp_types
 import pytest
 
-from tests.conftest import text
+from tests.conftest import text, wait_for
 from tests.policy import config, context, policy_client, route
 from toolscore import ExecutionContext
 from toolscore.errors import Rejected
@@ -203,17 +203,22 @@ def test_flow_hooks_exist_only_when_the_config_turns_them_on() -> None:
 
 async def test_a_concurrency_cap_queues_then_refuses(tmp_path: Path) -> None:
     constraints = {"concurrency": {"per_server": 1, "queue": 1}}
-    async with policy_client(tmp_path, constraints) as (client, _):
+    async with policy_client(tmp_path, constraints, {"extra_tools": ["hold"]}) as (client, _):
         results: list[mcp_types.CallToolResult] = []
 
-        async def sleep() -> None:
-            results.append(await client.call_tool("fx__sleep", {"seconds": 0.3}))
+        async def call(tool: str) -> None:
+            results.append(await client.call_tool(f"fx__{tool}", {"text": "a"}))
 
         async with anyio.create_task_group() as tg:
-            for _ in range(3):
-                tg.start_soon(sleep)
+            tg.start_soon(call, "hold")  # runs until released
+            await wait_for(lambda: (tmp_path / "held-a").exists(), 60)
+            tg.start_soon(call, "echo")
+            tg.start_soon(call, "echo")  # one of the two waits in the queue, the other is refused
+            await wait_for(lambda: len(results) == 1, 60)
+            (tmp_path / "release-a").write_text("go")
     refused = [r for r in results if r.is_error]
-    assert len(refused) == 1 and "concurrency limit (1 running, 1 waiting)" in text(refused[0])
+    assert len(results) == 3 and len(refused) == 1
+    assert "concurrency limit (1 running, 1 waiting)" in text(refused[0])
 
 
 async def test_identical_concurrent_read_only_calls_share_one_downstream_call(tmp_path: Path) -> None:
