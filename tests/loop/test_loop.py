@@ -220,7 +220,10 @@ async def test_result_bytes_are_checked_per_step_and_stop_the_turn(tmp_path: Pat
             result = await client.call_tool("delegate", {"task": "t"})
     assert result.structured_content is not None and result.structured_content["stop_reason"] == "result_bytes"
     assert [r.tool for r in sink.records].count("fx__large") == 1  # the other four never ran
-    assert result.structured_content["result_bytes"] < 5 * 2000
+    assert result.structured_content["result_bytes"] == 2000  # all that was read counts
+    # The bytes past the limit are not kept: the model is shown where its result was cut.
+    observed = " ".join(str(r["O"]) for r in records(tmp_path) if "O" in r)
+    assert "result_bytes limit was reached" in observed and "x" * 1025 not in observed
 
 
 async def test_retries_count_against_server_calls(tmp_path: Path) -> None:

@@ -94,6 +94,8 @@ class TurnCalls:
         self.refused_server: str | None = None
         self.bytes_reached = False
         """The task's `result_bytes` limit was reached during this turn: the rest was stopped."""
+        self._cut_bytes = 0
+        """Bytes read but not kept: the part of results past `result_bytes`."""
         self._running: set[anyio.CancelScope] = set()
         self.items = 0
         self.dropped = 0
@@ -152,11 +154,31 @@ class TurnCalls:
 
     def finished(self, record: StepRecord) -> None:
         """Once the task's results reach `result_bytes`, nothing more of this turn runs or is read."""
-        if self.bytes_reached or self._budget.result_bytes + self.result_bytes < self._budget.limits.result_bytes:
+        over = self._budget.result_bytes + self.result_bytes - self._budget.limits.result_bytes
+        if over < 0:
+            return
+        if over > 0:
+            self._cut(record, over)
+        if self.bytes_reached:
             return
         self.bytes_reached = True
         for scope in self._running:
             scope.cancel()
+
+    def _cut(self, record: StepRecord, over: int) -> None:
+        """Keep no more of `record` than the budget allows (one result may be far larger than all of it).
+
+        The bytes read still count: `_cut_bytes` keeps `result_bytes` at what was read.
+        """
+        before = record.bytes
+        keep = max(0, before - over)
+        text = record.text.encode()[:keep].decode(errors="ignore")
+        record.text = f"{text}\n[cut: this task's result_bytes limit was reached]"
+        record.json = None
+        record.result = None
+        if record.error is not None and len(record.error) > len(record.text):  # a failure's error is its text
+            record.error = record.text
+        self._cut_bytes += before - record.bytes
 
     def submit(self, text: str, closed_at: float) -> None:
         """Check one item and start it (or queue it behind what it references)."""
@@ -249,7 +271,7 @@ class TurnCalls:
 
     @property
     def result_bytes(self) -> int:
-        return sum(r.bytes for r in self.records)
+        return sum(r.bytes for r in self.records) + self._cut_bytes
 
     def render(self) -> str:
         """The `<result>`s of every call of the turn, then its plan errors (once all have run)."""
