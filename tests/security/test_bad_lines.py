@@ -13,6 +13,7 @@ import json
 import subprocess
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx2
@@ -209,3 +210,24 @@ def test_http_answers_each_hostile_body_with_a_json_rpc_error(http_url: str, era
         assert http.echo("alive") == "alive"
     finally:
         http.client.close()
+
+
+def test_stdin_from_a_regular_file_answers_each_unreadable_line(tmp_path: Path) -> None:
+    # A file cannot be polled: the SDK's threaded transport reads it, and it only logged such
+    # lines, so a client waited forever for their answers.
+    unreadable = [BAD_LINES["surrogate-id-ping"], BAD_LINES["surrogate-id-call"], b'{"jsonrpc":"2.0","id":5,']
+    requests = tmp_path / "requests.jsonl"
+    ping = b'{"jsonrpc":"2.0","id":7,"method":"ping"}'
+    requests.write_bytes(
+        b"\n".join([INIT, b'{"jsonrpc":"2.0","method":"notifications/initialized"}', *unreadable, ping])
+    )
+    config = write_config(tmp_path, {"fx": fixture_entry(tmp_path)})
+    with requests.open("rb") as stdin:
+        done = subprocess.run(
+            [TOOLSCORE, "serve", "--config", str(config)], stdin=stdin, capture_output=True, timeout=120, check=False
+        )
+    assert done.returncode == 0, done.stderr[-2000:]
+    replies = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [r["id"] for r in replies if r["id"] is not None] == [0, 7], replies
+    errors = [r["error"] for r in replies if r["id"] is None]
+    assert len(errors) == len(unreadable) and {e["code"] for e in errors} == {-32700}, replies

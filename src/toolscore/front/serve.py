@@ -12,11 +12,15 @@ import socket
 import sys
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import anyio
+import mcp_types
 import structlog
+from anyio.streams.memory import MemoryObjectReceiveStream
 from mcp.server.stdio import stdio_server
+from mcp.shared.message import SessionMessage
+from pydantic import ValidationError
 
 from toolscore.front.server import FrontServer
 from toolscore.front.stdio import pollable, stdio_transport
@@ -54,12 +58,36 @@ async def _stop_on_signals(stop: Callable[[], None]) -> AsyncIterator[None]:
 async def serve_stdio(server: FrontServer, *, max_request_bytes: int) -> None:
     """Serve one client on stdin/stdout until stdin closes or SIGTERM/SIGINT arrives."""
     # stdin redirected from a regular file cannot be polled: the SDK's threaded transport then.
-    transport = (
-        stdio_transport(max_request_bytes=max_request_bytes, fast=server.fast) if pollable(0) else stdio_server()
-    )
+    transport = stdio_transport(max_request_bytes=max_request_bytes, fast=server.fast) if pollable(0) else _sdk_stdio()
     with anyio.CancelScope() as scope:
         async with _stop_on_signals(scope.cancel), transport as (read, write):
             await server.run(read, write, server.create_initialization_options())
+
+
+@asynccontextmanager
+async def _sdk_stdio() -> AsyncIterator[tuple[MemoryObjectReceiveStream[SessionMessage | Exception], Any]]:
+    """The SDK's threaded stdio transport, where a line it cannot read is answered (it only logs
+    it, and the client would wait for its answer forever): -32700, or -32600 for JSON that is not
+    a JSON-RPC message, with id `null` (the line is gone by then)."""
+    async with stdio_server() as (read, write):
+        inner, outer = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+
+        async def forward() -> None:
+            async with inner:
+                async for item in read:
+                    if not isinstance(item, Exception):
+                        await inner.send(item)
+                        continue
+                    log.warning("a client line could not be read", error=str(item)[:200])
+                    unparsable = isinstance(item, ValidationError) and item.errors()[0]["type"] == "json_invalid"
+                    code = mcp_types.PARSE_ERROR if unparsable else mcp_types.INVALID_REQUEST
+                    error = mcp_types.ErrorData(code=code, message="the line is not a JSON-RPC 2.0 message")
+                    await write.send(SessionMessage(mcp_types.JSONRPCError(jsonrpc="2.0", id=None, error=error)))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(forward)
+            yield outer, write
+            tg.cancel_scope.cancel()
 
 
 def listen_sockets(host: str, port: int) -> list[socket.socket]:
