@@ -108,8 +108,8 @@ def text(result: mcp_types.CallToolResult) -> str:
     return block.text
 
 
-async def wait_for(predicate: Callable[[], bool], seconds: float = 10.0) -> None:
-    """Poll an effect that happens elsewhere (a subprocess, a progress task) with a bound."""
+async def wait_for(predicate: Callable[[], bool], seconds: float = 60.0) -> None:
+    """Poll an effect that happens elsewhere (a subprocess, a progress task); the bound only detects a hang."""
     with anyio.fail_after(seconds):
         while not predicate():  # noqa: ASYNC110 - the effect is in another process or task: no event to await
             await anyio.sleep(0.01)
@@ -159,7 +159,7 @@ def http_gateway_process(config: Path, *, env: dict[str, str] | None = None) -> 
         yield base
     finally:
         proc.terminate()
-        assert proc.wait(timeout=20) == 0
+        assert proc.wait(timeout=60) == 0
 
 
 class _ProcessStarted(Exception):

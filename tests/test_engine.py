@@ -172,7 +172,7 @@ async def test_a_down_server_is_reported_without_calling_it() -> None:
 async def test_a_deadline_cancels_the_downstream_call() -> None:
     servers = FakeServers()
     eng, sink = engine(servers)
-    with anyio.fail_after(5):
+    with anyio.fail_after(60):
         run = await eng.execute("srv__slow", {"n": 1}, timeout=0.05)
     assert servers.cancelled.is_set()
     assert "did not answer within 0.05 s" in run.result.content[0].text  # type: ignore[union-attr]

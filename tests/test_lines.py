@@ -150,7 +150,7 @@ async def test_a_closed_reader_leaves_no_registration_behind_for_a_reused_descri
     again_read, again_write = _pipe()
     assert again_read == read_fd  # the lowest free number: the same one
     os.write(again_write, b'{"id": 2}\n')
-    with anyio.fail_after(5):
+    with anyio.fail_after(60):
         async with aclosing(read_lines(again_read, 1024)) as lines:
             assert await anext(lines) == b'{"id": 2}'
     os.close(again_read)

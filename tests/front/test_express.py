@@ -29,7 +29,7 @@ _PER_CALL = {"time", "call_id", "request_id", "duration_ms", "estimated_tokens"}
 async def _lane(client: LineClient) -> ExpressLane:
     """The client's lane, once the SDK has handled the end of its handshake."""
     assert client.fast is not None
-    with anyio.fail_after(10):
+    with anyio.fail_after(60):
         while client.fast.lane is None:  # noqa: ASYNC110 - nothing to wait on but the attribute
             await anyio.sleep(0.01)
     return client.fast.lane
@@ -70,7 +70,7 @@ async def test_a_cancelled_express_call_gets_no_answer(tmp_path: Path) -> None:
     async with gateway_in_process(corpus_config(tmp_path)) as client:
         lane = await _lane(client)
         await client.start(1, "c__sleep", {"seconds": 30})
-        with anyio.fail_after(10):
+        with anyio.fail_after(60):
             while not len(lane):  # noqa: ASYNC110 - nothing to wait on but the table
                 await anyio.sleep(0.01)
         await client.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1}})
@@ -86,7 +86,7 @@ async def test_a_client_gone_mid_call_has_its_express_calls_withdrawn(tmp_path: 
         lane = await _lane(client)
         for n in range(3):
             await client.start(n, "c__sleep", {"seconds": 30})
-        with anyio.fail_after(10):
+        with anyio.fail_after(60):
             while len(lane) < 3:  # noqa: ASYNC110 - nothing to wait on but the table
                 await anyio.sleep(0.01)
     # The client's end of input closed the front: every call is audited, and its server told.

@@ -171,7 +171,7 @@ def result_bytes(line: bytes, request_id: int) -> bytes:
 
 async def appears(path: Path) -> None:
     """Wait for a file another process writes."""
-    with anyio.fail_after(10):
+    with anyio.fail_after(60):
         while not path.exists():  # noqa: ASYNC110 - nothing to wait on but the file system
             await anyio.sleep(0.05)
 

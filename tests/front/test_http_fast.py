@@ -63,7 +63,7 @@ async def front(config: Path) -> AsyncIterator[tuple[str, HttpCalls]]:
         assert gw.server.http_calls is not None
         server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
         tg.start_soon(server.serve)
-        with anyio.fail_after(10):
+        with anyio.fail_after(60):
             while not server.started:  # noqa: ASYNC110 - uvicorn offers no event to await
                 await anyio.sleep(0.01)
         try:
@@ -99,7 +99,7 @@ class RawSession:
     async def hot(self, calls: HttpCalls, tool: str = "c__case", arguments: Any = None) -> None:
         """Wait until the front has seen this client's handshake (its calls take the hot path from then on)."""
         before = calls.served
-        with anyio.fail_after(10):
+        with anyio.fail_after(60):
             while calls.served == before:
                 await self.call("warm-up", tool, arguments if arguments is not None else {"name": "text"})
                 await anyio.sleep(0.01)
@@ -168,7 +168,7 @@ async def test_every_corpus_result_reaches_the_client_byte_for_byte_as_json(tmp_
 async def test_the_serve_process_answers_a_call_with_the_servers_bytes(tmp_path: Path) -> None:
     with http_gateway_process(corpus_config(tmp_path)) as base:
         async with raw_session(f"{base}/mcp") as client:
-            with anyio.fail_after(10):
+            with anyio.fail_after(60):
                 # Until the front has handled the client's handshake (in another process: no event to await).
                 while content_type(response := await client.call(1, "c__case", {"name": "spaced"})) != JSON:  # noqa: ASYNC110
                     await anyio.sleep(0.05)
@@ -210,7 +210,7 @@ async def test_a_long_call_gets_a_resumable_stream_that_a_reconnect_resumes(tmp_
         assert priming["data"] == "" and priming["id"]
         resume = {**client.headers, "Last-Event-ID": priming["id"]}
         replayed = b""
-        with anyio.fail_after(10):
+        with anyio.fail_after(60):
             async with client.http.stream("GET", client.url, headers=resume) as stream:
                 assert content_type(stream) == SSE
                 async for chunk in stream.aiter_bytes():
@@ -414,7 +414,7 @@ async def _odd_bodies(tmp_path: Path, bodies: list[bytes]) -> None:
         for body in bodies:
             if b'"c__sleep"' in body:
                 body = body.replace(b'"c__sleep"', b'"c__case"')
-            with anyio.fail_after(20):
+            with anyio.fail_after(60):
                 response = await client.post(body)
             assert response.status_code < 500, (body, response.text)
         response = await client.call("last", "c__case", {"name": "text"})

@@ -105,7 +105,7 @@ def test_stdio_carries_only_json_rpc_and_exits_on_stdin_eof(stdio_gateway: subpr
     assert len(_read(proc, 4)["result"]["content"][0]["text"]) == size  # one line, whole
     assert proc.stdin is not None
     proc.stdin.close()
-    assert proc.wait(timeout=15) == 0
+    assert proc.wait(timeout=60) == 0
     assert not alive(child)
 
 
@@ -116,7 +116,7 @@ def test_a_signal_stops_the_gateway_and_leaves_no_child(stdio_gateway: subproces
     child = int(_read(proc, 2)["result"]["content"][0]["text"])
     assert alive(child)
     proc.send_signal(signum)
-    proc.wait(timeout=15)
+    proc.wait(timeout=60)
     deadline = time.monotonic() + 10
     while alive(child) and time.monotonic() < deadline:
         time.sleep(0.05)

@@ -95,7 +95,7 @@ def http(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Http]:
     finally:
         client.client.close()
         proc.terminate()
-        assert proc.wait(timeout=15) == 0  # and it was alive to the end
+        assert proc.wait(timeout=60) == 0  # and it was alive to the end
 
 
 def _call(request_id: int, params: Any) -> bytes:

@@ -237,7 +237,7 @@ def _run_serving(command: str, workdir: Path, env: dict[str, str]) -> None:
         else:
             _wait_stdio(proc, command)
         proc.send_signal(signal.SIGINT if _follows(command) else signal.SIGTERM)
-        _, err = proc.communicate(timeout=20)
+        _, err = proc.communicate(timeout=120)  # a hang detector: a loaded machine may take its time
         assert proc.returncode == 0, f"{command!r} ended with {proc.returncode}: {err.decode()[-2000:]}"
     finally:
         if proc.poll() is None:

@@ -217,7 +217,7 @@ def test_the_gateway_killed_leaves_no_process_behind(serving: subprocess.Popen[b
     left = descendants(serving.pid)
     assert len(left) >= 5, left
     serving.send_signal(signum)
-    serving.wait(timeout=15)
+    serving.wait(timeout=60)
     deadline = time.monotonic() + 10
     while (survivors := {p: name for p, name in left.items() if alive(p)}) and time.monotonic() < deadline:
         time.sleep(0.05)

@@ -138,7 +138,7 @@ class Browser:
         with contextlib.suppress(OSError, RuntimeError, TimeoutError):
             self.send("Browser.close", timeout=5)
         try:
-            self.proc.wait(timeout=10)
+            self.proc.wait(timeout=60)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()

@@ -48,7 +48,7 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     client.close()
     yield url
     proc.terminate()
-    proc.wait(timeout=10)
+    proc.wait(timeout=60)
 
 
 @dataclass
@@ -62,7 +62,7 @@ class Replica:
     def stop(self, sig: int = signal.SIGTERM) -> None:
         if self.proc.poll() is None:
             self.proc.send_signal(sig)
-            self.proc.wait(timeout=15)
+            self.proc.wait(timeout=60)
 
 
 def start_replica(tmp_path: Path, redis_url: str, *, constraints: dict[str, Any] | None = None) -> Replica:

@@ -195,7 +195,7 @@ def http_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             time.sleep(0.1)
     yield f"http://127.0.0.1:{port}/mcp"
     proc.terminate()
-    assert proc.wait(timeout=15) == 0  # and it was alive to the end
+    assert proc.wait(timeout=60) == 0  # and it was alive to the end
 
 
 @pytest.mark.parametrize("era", ["handshake", MODERN])

@@ -119,7 +119,7 @@ def spawn(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Spawn]:
     yield start
     for proc in started:
         proc.terminate()
-        assert proc.wait(timeout=15) == 0
+        assert proc.wait(timeout=60) == 0
 
 
 async def tool_names(gw: Gateway, mode: str, token: str | None = None) -> list[str]:

@@ -152,7 +152,7 @@ async def test_the_http_front_continues_an_incoming_traceparent(
     headers = {"traceparent": f"00-{trace_id}-00f067aa0ba902b7-01"}
     async with anyio.create_task_group() as tg:
         tg.start_soon(server.serve)
-        with anyio.fail_after(10):
+        with anyio.fail_after(60):
             while not server.started:  # noqa: ASYNC110 - uvicorn offers no event to await
                 await anyio.sleep(0.01)
         # Raw JSON-RPC, as a non-Python client behind a tracing proxy sends it: the trace is in
