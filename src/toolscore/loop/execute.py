@@ -157,7 +157,7 @@ class TurnCalls:
         over = self._budget.result_bytes + self.result_bytes - self._budget.limits.result_bytes
         if over < 0:
             return
-        if over > 0:
+        if over > 0 and record.text:  # a step with nothing read (skipped, cancelled) has nothing to cut
             self._cut(record, over)
         if self.bytes_reached:
             return
