@@ -43,7 +43,10 @@ async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[tuple
     data = json.loads(source.read_text())
     servers = {name: data["mcpServers"][name] for name in ("search", "microsandbox", "deepsearch", "browser")}
     env = {**os.environ, "TOOLSCORE_SEARCH_ROOT": str(tree)}
-    config = parse_config({**data, "mcpServers": servers}, source=str(source), env=env)
+    # The shipped `"catalog": "auto"` lists only the search tools for the whole stack; these tests
+    # read the listing of four servers, so they ask for all of it.
+    settings = {**data["toolscore"], "catalog": "full"}
+    config = parse_config({**data, "mcpServers": servers, "toolscore": settings}, source=str(source), env=env)
     async with running_gateway(config, tmp_path) as (gw, _):
         yield gw, tree
 
@@ -195,6 +198,23 @@ async def test_one_plan_over_all_four_roles(stack: tuple[Gateway, Path], page_ur
 def _chromium_pids() -> set[int]:
     out = subprocess.run(["pgrep", "-f", "chromium"], capture_output=True, text=True, check=False).stdout
     return {int(pid) for pid in out.split()}
+
+
+@requires_stack
+async def test_a_search_capability_call_with_a_query_runs_out_of_the_box(stack: tuple[Gateway, Path]) -> None:
+    """`{"query": …}` reaches code search's `pattern` and research's `question`; no candidate is
+    skipped for a parameter it names otherwise, and the browser is not a search candidate."""
+    async with Client(stack[0].server, mode="legacy") as client:
+        args = {"capability": "search", "arguments": {"query": "needle_function"}, "strategy": "all"}
+        result = await client.call_tool("call_capability", args)
+    assert not result.is_error, text(result)
+    assert "def needle_function():\n   from: search__search_code_advanced" in text(result)
+    candidates = (result.meta or {})["toolscore/capability"]["candidates"]
+    assert {c["tool"] for c in candidates} == {"search__search_code_advanced", "deepsearch__research"}, candidates
+
+
+def test_the_shipped_catalog_is_auto() -> None:
+    assert json.loads((ROOT / "servers.json").read_text())["toolscore"]["catalog"] == "auto"
 
 
 def _ref(snapshot: str, role: str, name: str) -> str:

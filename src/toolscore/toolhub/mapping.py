@@ -29,17 +29,48 @@ class Mapped:
     """Capability arguments this tool's schema does not declare."""
 
 
+# Names a search tool gives its one query parameter; `{"query": …}` reaches such a parameter when it
+# is the tool's only required string nothing else fills (code-index-mcp's `pattern`, a `topic`).
+_QUERY_NAMES = frozenset(
+    ("q", "query", "search", "search_query", "search_term", "term", "terms", "keyword", "keywords",
+     "pattern", "topic", "question", "text")
+)  # fmt: skip
+
+
+def _query_slot(missing: list[Any], declared: Mapping[str, Any]) -> str | None:
+    """The one missing required parameter a `query` can fill, or None."""
+    if len(missing) != 1 or not isinstance(missing[0], str) or missing[0].lower() not in _QUERY_NAMES:
+        return None
+    spec = declared.get(missing[0])
+    return missing[0] if isinstance(spec, dict) and spec.get("type") == "string" else None
+
+
 def map_arguments(arguments: Mapping[str, Any], route: Route, amap: Mapping[str, str]) -> Mapped:
-    """Rename by `amap`, keep what the schema declares, and check the result against the schema."""
+    """Rename by `amap`, keep what the schema declares, and check the result against the schema.
+
+    A `query` the schema does not declare fills its sole missing required string parameter when
+    that parameter is named like a query (`pattern`, `topic`, `q`, …).
+    """
     renamed = {amap.get(key, key): value for key, value in arguments.items()}
     schema = route.tool.input_schema
     declared = schema.get("properties")
     dropped: tuple[str, ...] = ()
+    query = renamed.get("query")
     if isinstance(declared, dict):
         dropped = tuple(k for k in renamed if k not in declared)
         renamed = {k: v for k, v in renamed.items() if k in declared}
     required = schema.get("required")
-    missing = [r for r in required if r not in renamed] if isinstance(required, list) else []
+    # A required parameter with a default may be left out: the server fills it in.
+    has_default = (
+        {k for k, v in declared.items() if isinstance(v, dict) and "default" in v}
+        if isinstance(declared, dict)
+        else set()
+    )
+    missing = [r for r in required if r not in renamed and r not in has_default] if isinstance(required, list) else []
+    if "query" in dropped and isinstance(declared, dict) and (slot := _query_slot(missing, declared)) is not None:
+        renamed[slot] = query
+        dropped = tuple(k for k in dropped if k != "query")
+        missing = []
     if missing:
         hint = ", ".join(f"'{m}'" for m in missing[:4])
         return Mapped(None, f"needs {hint}, which no argument maps to (map one in 'argument_maps')", dropped)
