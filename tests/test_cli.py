@@ -97,6 +97,18 @@ def test_common_options_are_accepted_before_and_after_the_subcommand(
     assert _parser().parse_args(["--log-level", "debug", "audit", "tail", "--log-level", "error"]).log_level == "error"
 
 
+def test_an_unknown_log_level_is_refused_with_the_valid_ones(capsys: pytest.CaptureFixture[str]) -> None:
+    """`--log-level verbose` was accepted without a word."""
+    for argv in (["--log-level", "verbose", "tools"], ["tools", "--log-level", "verbose"]):
+        with pytest.raises(SystemExit) as exited:
+            _parser().parse_args(argv)
+        assert exited.value.code == 2
+        assert (
+            "unknown log level 'verbose' (choose from debug, info, warning, error, critical)" in capsys.readouterr().err
+        )
+    assert _parser().parse_args(["--log-level", "INFO", "tools"]).log_level == "info"
+
+
 def test_a_missing_config_names_every_place_looked_at(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

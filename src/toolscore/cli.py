@@ -45,6 +45,16 @@ UVLOOP_ENV = "TOOLSCORE_UVLOOP"
 """`0`: `serve` runs on the standard asyncio loop even where uvloop is installed."""
 
 
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+
+
+def _log_level(value: str) -> str:
+    """A --log-level value, lowercased; anything else is a usage error listing the valid ones."""
+    if value.lower() not in LOG_LEVELS:
+        raise argparse.ArgumentTypeError(f"unknown log level '{value}' (choose from {', '.join(LOG_LEVELS)})")
+    return value.lower()
+
+
 def _common_options(parser: argparse.ArgumentParser, *, defaults: bool) -> None:
     """--config and --log-level, accepted before the subcommand and after it.
 
@@ -59,8 +69,9 @@ def _common_options(parser: argparse.ArgumentParser, *, defaults: bool) -> None:
     )
     parser.add_argument(
         "--log-level",
+        type=_log_level,
         default="warning" if defaults else argparse.SUPPRESS,
-        help="debug, info, warning or error (default: warning)",
+        help="debug, info, warning, error or critical (default: warning)",
     )
 
 

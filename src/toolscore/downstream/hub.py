@@ -454,7 +454,7 @@ async def open_hub(
             with anyio.move_on_after(config.settings.startup_grace_seconds):
                 await hub.wait_started()
             if starting := [d.name for d in hub.downstreams.values() if not d.first_attempt.is_set()]:
-                log.warning("serving before these servers are up; they join when they are", servers=starting)
+                log.warning("these servers are not up yet; they join when they are", servers=starting)
             yield hub
         finally:
             hub._closing = True
