@@ -141,3 +141,18 @@ async def test_a_client_holds_a_bounded_number_of_subscriptions(monkeypatch: pyt
         assert gw.hub.downstreams["c"].subscriptions == {"test://static-binary", "test://watched-resource"}
     # The client left: its subscriptions went with it, downstream too.
     await wait_for(lambda: not gw.hub.downstreams["c"].subscriptions)
+
+
+async def test_a_prompt_collision_is_warned_of_once() -> None:
+    """Every rebuild (one per server coming up) logged it again: three times for three servers."""
+    names = ("a", "b", "c")
+    config = testing.memory_config({name: {"prefix": ""} for name in names})
+    with testing.captured_logs() as logs:
+        async with testing.running_gateway({name: build_server() for name in names}, config=config) as (gw, _):
+            await gw.hub.wait_started()
+            async with Client(gw.server, mode="legacy") as client:
+                assert (await client.list_prompts()).prompts
+    warned = [e["problem"] for e in logs if e["event"] == "resource or prompt not exposed as listed"]
+    prompts = [p for p in warned if p.startswith("prompt 'test_simple_prompt'")]
+    assert prompts and len(prompts) == len(set(prompts)), warned
+    assert len(warned) == len(set(warned)), warned

@@ -390,10 +390,10 @@ class DownstreamHub:
         known = [d for d in self.downstreams.values() if d.state is ServerState.UP or d.connects > 0]
         down = {d.name for d in known if d.state is not ServerState.UP}
         registry = build_registry({d.name: d.tools for d in known}, self.config, down=down, hide=self._hide)
+        warned = self._problems  # each problem is logged once, not at every rebuild it lasts
         for problem in registry.problems:
-            if problem not in self._problems:
+            if problem not in warned:
                 log.warning("tool not exposed as listed", problem=problem)
-        self._problems = set(registry.problems)
         announced = self._new_announcements(known)
         changed = "tools" in announced or [t.model_dump(by_alias=True) for t in registry.tools()] != [
             t.model_dump(by_alias=True) for t in self.registry.tools()
@@ -401,9 +401,9 @@ class DownstreamHub:
         self.registry = registry
         catalog = build_catalog({d.name: d.lists for d in known}, self.config, down=down)
         for problem in catalog.problems:
-            if problem not in self._problems:
+            if problem not in warned:
                 log.warning("resource or prompt not exposed as listed", problem=problem)
-        self._problems |= set(catalog.problems)
+        self._problems = set(registry.problems) | set(catalog.problems)
         kinds = frozenset(
             kind
             for kind, old, new in (
