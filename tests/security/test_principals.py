@@ -161,3 +161,63 @@ async def test_a_sessions_own_instance_stops_when_the_session_ends(open_front: s
         assert Path(f"/proc/{pid}").exists()
     # The client closed its session (DELETE): the instance is stopped at the next reaping (5 s).
     await wait_for(lambda: not Path(f"/proc/{pid}").exists(), 60)  # a hang detector, not a speed check
+
+
+SECRET_PLAN = '<fx><echo id="x">{"text": "alice\'s secret"}</echo></fx>'
+READ_PLAN = '<fx><echo>{"text": "read: ${x.text}"}</echo></fx>'
+
+
+async def _orchestrate(session: Client, plan: str, episode: str | None = None) -> mcp_types.CallToolResult:
+    arguments = {"plan": plan} if episode is None else {"plan": plan, "episode": episode}
+    return await session.call_tool("orchestrate", arguments)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_another_principal_cannot_continue_an_episode_by_its_id(team: str, mode: str) -> None:
+    async with client(team, ALICE, mode) as alice:
+        first = await _orchestrate(alice, SECRET_PLAN)
+        assert first.structured_content is not None, text(first)
+        episode = first.structured_content["episode"]
+        assert len(episode) >= 32  # 128 random bits, in hex
+        async with client(team, BOB, mode) as bob:
+            stolen = await _orchestrate(bob, READ_PLAN, episode)
+            assert stolen.is_error and "unknown or has expired" in text(stolen), text(stolen)
+            assert "secret" not in text(stolen)
+        own = await _orchestrate(alice, READ_PLAN, episode)
+        assert "read: alice's secret" in text(own), text(own)
+
+
+@pytest.mark.anyio
+async def test_a_session_opened_with_one_principals_token_refuses_another_principals_token(team: str) -> None:
+    opened: list[str] = []
+
+    async def note(response: httpx2.Response) -> None:
+        if "mcp-session-id" in response.headers:
+            opened.append(response.headers["mcp-session-id"])
+
+    async with (
+        httpx2.AsyncClient(
+            headers={"Authorization": f"Bearer {ALICE}"}, timeout=60, event_hooks={"response": [note]}
+        ) as http,
+        Client(streamable_http_client(team, http_client=http), mode="legacy") as alice,  # type: ignore[arg-type]
+    ):
+        assert text(await alice.call_tool("fx__counter", {"key": "hijack"})) == "1"
+        headers = {
+            "Authorization": f"Bearer {BOB}",
+            "Mcp-Session-Id": opened[0],
+            "Mcp-Protocol-Version": "2025-11-25",
+            "Accept": "application/json, text/event-stream",
+        }
+        call = {
+            "jsonrpc": "2.0",
+            "id": 7,
+            "method": "tools/call",
+            "params": {"name": "fx__counter", "arguments": {"key": "hijack"}},
+        }
+        async with httpx2.AsyncClient(timeout=60) as bob:
+            stolen = await bob.post(team, json=call, headers=headers)
+            assert stolen.status_code == 404 and "Session not found" in stolen.text, stolen.text
+            ended = await bob.delete(team, headers=headers)  # nor can bob end alice's session
+            assert ended.status_code == 404
+        assert text(await alice.call_tool("fx__counter", {"key": "hijack"})) == "2"  # bob's call never ran

@@ -13,6 +13,7 @@ import os
 import re
 import ssl
 import stat
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +22,7 @@ from mcp.server.transport_security import TransportSecurityMiddleware, Transport
 from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from toolscore.config import DEFAULT_MAX_REQUEST_BYTES, TOKEN_ENV, HttpSettings
 from toolscore.errors import ConfigError
@@ -285,6 +286,7 @@ class HttpGuard:
         self._token = token
         self._public = public
         """Exact paths served without the token (static pages holding no data), after the Host/Origin check."""
+        self._sessions = _SessionOwners()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -303,6 +305,9 @@ class HttpGuard:
             principal = self._principal(request, self._token)
             if principal is None:
                 refused = _unauthorized()
+        session = request.headers.get(_SESSION_HEADER)
+        if principal is not None and session is not None and not self._sessions.admits(session, principal):
+            refused = _session_not_found()
         if refused is not None:
             await refused(scope, receive, send)
             return
@@ -312,12 +317,63 @@ class HttpGuard:
         if not scope["path"].startswith("/mcp"):  # the gateway's own pages (/metrics, /ui) read their own bodies
             await self._app(scope, receive, send)
             return
+        if principal is not None and session is None:
+            send = self._sessions.recording(send, principal)  # an opening request: note who owns its session
         await check_body(self._app, scope, receive, send, limit=self._max_body)  # errors the SDK would not send
+        if principal is not None and session is not None and scope["method"] == "DELETE":
+            self._sessions.forget(session)
 
     @staticmethod
     def _principal(request: Request, token: BearerToken) -> str | None:
         scheme, _, presented = request.headers.get("authorization", "").partition(" ")
         return token.principal(presented.strip().encode("latin-1")) if scheme.lower() == "bearer" else None
+
+
+_SESSION_HEADER = "mcp-session-id"
+_MAX_SESSION_OWNERS = 100_000
+"""Session owners remembered (the SDK keeps 10 000 sessions at most); past that the oldest is forgotten."""
+
+
+class _SessionOwners:
+    """Which principal opened each handshake-era session.
+
+    A session is one caller whatever token its requests carry, so without this a holder of any
+    token who learns another principal's session id would act as that client (its instances,
+    episodes, tasks). A request naming a session another principal opened is answered as the SDK
+    answers an unknown session.
+    """
+
+    def __init__(self) -> None:
+        self._owners: OrderedDict[str, str] = OrderedDict()
+
+    def admits(self, session: str, principal: str) -> bool:
+        """Whether `principal` may use `session` (one this gateway did not see opened is the SDK's to judge)."""
+        owner = self._owners.get(session)
+        return owner is None or owner == principal
+
+    def recording(self, send: Send, principal: str) -> Send:
+        """`send`, noting `principal` as the owner of the session its response opens."""
+
+        async def recorded(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                for name, value in message.get("headers", ()):
+                    if name.lower() == _SESSION_HEADER.encode():
+                        self._owners[value.decode("latin-1")] = principal
+                        while len(self._owners) > _MAX_SESSION_OWNERS:
+                            self._owners.popitem(last=False)
+            await send(message)
+
+        return recorded
+
+    def forget(self, session: str) -> None:
+        """The session was closed (`DELETE`)."""
+        self._owners.pop(session, None)
+
+
+def _session_not_found() -> Response:
+    return JSONResponse(
+        {"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": "Session not found"}}, status_code=404
+    )
 
 
 def _unauthorized() -> Response:
