@@ -6,14 +6,17 @@ the code under test. End-to-end behaviour over real servers is in test_passthrou
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import anyio
 import mcp_types
 import pytest
+from mcp import Client
 
-from tests.conftest import make_config
+from tests.conftest import make_config, memory_gateway
 from toolscore import EngineSettings, ExecutionContext, MemoryAuditSink, ToolExecutionEngine
+from toolscore._gateway import CONSOLE_CALLER
 from toolscore.downstream.registry import Registry, build_registry
 from toolscore.errors import Rejected
 from toolscore.scope import CallScope
@@ -267,3 +270,13 @@ async def test_a_failing_audit_sink_loses_the_record_not_the_downstream_result()
     assert len(lost) == 1  # once per burst, not once per call
     assert "OSError" in lost[0]["error"] and lost[0]["lost"] == 1
     assert any(entry["event"] == "audit sink writes again" and entry["lost"] == 2 for entry in logs)
+
+
+async def test_every_record_names_its_caller(tmp_path: Path) -> None:
+    """The docs say a console call's caller is `console`; the audit record had no caller field."""
+    async with memory_gateway(tmp_path) as (gw, sink):
+        await gw.engine.execute("fx__echo", {"text": "hi"}, session_id=CONSOLE_CALLER)
+        assert sink.records[-1].caller == "console"
+        async with Client(gw.server, mode="legacy") as client:
+            await client.call_tool("fx__echo", {"text": "hi"})
+        assert sink.records[-1].caller not in (None, "console")

@@ -168,6 +168,7 @@ class ExecutionContext:
             time=self.started_at,
             call_id=self.call_id,
             request_id=self.request_id,
+            caller=self.scope.caller,
             plan_id=self.plan_id,
             tool=self.tool,
             server=route.server if route is not None else None,

@@ -102,6 +102,7 @@ def test_a_record_of_checked_fields_is_the_validated_record_and_written_the_same
         "time": datetime(2026, 11, 26, 6, 0, 0, 123456, tzinfo=UTC),
         "call_id": "a-1",
         "request_id": "7",
+        "caller": "console",
         "plan_id": None,
         "tool": "fx__echo",
         "server": "fx",

@@ -46,6 +46,9 @@ class AuditRecord(BaseModel):
     call_id: str
     request_id: str | None = None
     """The front client's JSON-RPC request id, when the call came from a client request."""
+    caller: str | None = None
+    """Who called (`toolscore.front.callers`: a connection, session or HTTP principal; `console`
+    for the web console), when known."""
     plan_id: str | None = None
     """Set on plan steps: the `orchestrate` call they belong to."""
     tool: str
