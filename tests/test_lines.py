@@ -48,7 +48,13 @@ def test_an_oversized_last_line_is_reported_at_the_end() -> None:
 
 @pytest.mark.parametrize(
     ("head", "found"),
-    [(b'{"id": "abc", "result"', "abc"), (b'{"id":-3}', -3), (b'{"method": "x"}', None), (b'{"id": {"o": 1}}', None)],
+    [
+        (b'{"id": "abc", "result"', "abc"),
+        (b'{"id":-3}', -3),
+        (b'{"method": "x"}', None),
+        (b'{"id": {"o": 1}}', None),
+        (b'{"id": "\xff", "method"', None),  # not UTF-8: no id, not an exception
+    ],
 )
 def test_message_ids_are_read_from_the_head_of_a_message(head: bytes, found: object) -> None:
     assert message_id(head) == found

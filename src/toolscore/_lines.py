@@ -128,7 +128,10 @@ def widen_pipe(fd: int) -> None:
 def message_id(head: bytes) -> mcp_types.RequestId | None:
     """The id of a JSON-RPC message that could not be read whole, if its first bytes show it."""
     match = _ID.search(head)
-    return json.loads(match.group(1)) if match else None
+    try:
+        return json.loads(match.group(1)) if match else None
+    except ValueError:  # not UTF-8: no id an answer could carry
+        return None
 
 
 def answerable_id(value: object) -> mcp_types.RequestId | None:

@@ -137,6 +137,17 @@ def test_stdio_survives_every_hostile_line_in_one_write(stdio: Stdio) -> None:
     assert stdio.echo(101, "still alive") == "still alive"
 
 
+def test_stdio_answers_an_oversized_line_with_an_unreadable_id_as_oversized(stdio: Stdio) -> None:
+    # The id is read from the line's first bytes; invalid UTF-8 there once raised, and the line
+    # got a bare parse error instead of the size limit's.
+    line = _call(b'"\xff"', b"fx__echo", b'{"text":"' + b"x" * (5 << 20) + b'"}')
+    send(stdio.proc, stdio.line(line))
+    reply = answer(stdio.proc)
+    assert reply["id"] is None and reply["error"]["code"] == -32600, reply
+    assert "exceeds" in reply["error"]["message"], reply
+    assert stdio.echo(102, "alive") == "alive"
+
+
 class Http:
     """Raw POSTs to one HTTP gateway, in the handshake era (a session) or the 2026-07-28 era."""
 
