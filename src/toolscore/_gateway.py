@@ -6,6 +6,7 @@ episode store are imported when they are asked for, so a stdio gateway does not 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -19,7 +20,7 @@ from mcp.server import Server
 from toolscore._engine import EngineSettings, PostExecutionHook, PreExecutionHook, ToolExecutionEngine, WrapHook
 from toolscore.audit.sinks import AuditSink, JsonlAuditSink, NullAuditSink
 from toolscore.config import Config, server_log_dir, state_dir
-from toolscore.downstream.connection import ServerState
+from toolscore.downstream.connection import ServerState, ServerStatus
 from toolscore.downstream.hub import DownstreamHub, open_hub
 from toolscore.front.callers import Callers
 from toolscore.front.plan_tasks import running_plans
@@ -77,6 +78,12 @@ def _audit_sink(config: Config) -> AuditSink:
     return JsonlAuditSink(audit_path(config), fsync=audit.fsync, max_bytes=audit.max_bytes, backups=audit.backups)
 
 
+def listed_statuses(hub: DownstreamHub) -> list[ServerStatus]:
+    """Every server's status with `tools` counted as clients see them (after `tools.deny`)."""
+    listed = hub.registry.listed_per_server()
+    return [dataclasses.replace(s, tools=listed.get(s.name, 0)) for s in hub.statuses()]
+
+
 def http_pages(gateway: Gateway) -> dict[str, ASGIApp]:
     """The gateway's own pages beside `/mcp` on the HTTP front: `/metrics` and the console at `/ui`, when on."""
     from toolscore.front.console import console_pages
@@ -88,8 +95,10 @@ def http_pages(gateway: Gateway) -> dict[str, ASGIApp]:
     if metrics is not None:
 
         def render() -> str:
+            listed = gateway.hub.registry.listed_per_server()  # after `tools.deny`, as `check` counts
             gauges = (
-                ServerGauge(s.name, s.state is ServerState.UP, s.start_seconds, s.tools) for s in gateway.hub.statuses()
+                ServerGauge(s.name, s.state is ServerState.UP, s.start_seconds, listed.get(s.name, 0))
+                for s in gateway.hub.statuses()
             )
             return metrics.render(gauges, audit_lost=gateway.audit_lost)
 
@@ -104,7 +113,7 @@ def http_pages(gateway: Gateway) -> dict[str, ASGIApp]:
         pages.update(
             console_pages(
                 feed=gateway.console,
-                statuses=gateway.hub.statuses,
+                statuses=lambda: listed_statuses(gateway.hub),
                 tools=lambda: exposed_tools(gateway.hub, gateway.orchestrator, gateway.toolhub),
                 server_of=lambda name: route.server if (route := gateway.hub.registry.get(name)) else None,
                 call=call,

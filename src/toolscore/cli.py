@@ -168,12 +168,7 @@ def _exposed_tools(gw: Gateway) -> list[mcp_types.Tool]:
 
 def _exposed_per_server(gw: Gateway) -> dict[str, int]:
     """How many tools each server has in `tools/list`: after allow/deny, renames and skipped schemas."""
-    listed = {tool.name for tool in gw.hub.registry.tools()}
-    counts: dict[str, int] = {}
-    for name, route in gw.hub.registry.routes.items():
-        if name in listed:
-            counts[route.server] = counts.get(route.server, 0) + 1
-    return counts
+    return gw.hub.registry.listed_per_server()  # the figure /metrics and the console show too
 
 
 def _check(gw: Gateway, as_json: bool, out: list[str]) -> int:

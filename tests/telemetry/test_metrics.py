@@ -17,6 +17,8 @@ from tests.conftest import fixture_entry, http_gateway_process, write_config
 from tests.fixtures.fixture_server import build_server
 from toolscore._gateway import http_pages, open_gateway
 from toolscore.audit.sinks import AuditRecord, MemoryAuditSink
+from toolscore.front.console import ConsoleFeed
+from toolscore.front.routes import PathRoutes
 from toolscore.telemetry.metrics import OTHER, UNROUTED, CallMetrics, MetricsSink, ServerGauge
 from toolscore.testing import memory_config
 
@@ -154,3 +156,26 @@ async def test_records_a_sink_drops_itself_are_counted_as_lost(tmp_path: Path) -
     samples = _samples(response.text)
     assert _value(samples, "toolscore_calls_total", server="fx", tool="fx__echo", outcome="ok") == 3
     assert _value(samples, "toolscore_audit_lost_total") == 3
+
+
+async def _no_mcp(scope: object, receive: object, send: object) -> None:
+    raise AssertionError("a page path reached the MCP app")
+
+
+@pytest.mark.anyio
+async def test_metrics_and_the_console_count_a_servers_tools_after_its_deny_list(tmp_path: Path) -> None:
+    """`check` counted after `tools.deny`, /metrics and /ui before it: all now count what clients see."""
+    config = memory_config({"fx": {"tools": {"deny": ["echo"]}}})
+    async with open_gateway(
+        config, memory_servers={"fx": build_server(tmp_path)}, metrics=CallMetrics(), console=ConsoleFeed()
+    ) as gw:
+        await gw.hub.wait_started()
+        listed = sum(1 for t in gw.hub.registry.tools() if t.name.startswith("fx__"))
+        downstream = gw.hub.statuses()[0].tools
+        assert 0 < listed < downstream  # the deny list took something away
+        app = PathRoutes(_no_mcp, http_pages(gw))
+        async with httpx2.AsyncClient(transport=httpx2.ASGITransport(app), base_url="http://gw") as http:
+            metrics = (await http.get("/metrics")).text
+            servers = (await http.get("/ui/api/servers")).json()
+    assert _value(_samples(metrics), "toolscore_server_tools", server="fx") == listed
+    assert [s["tools"] for s in servers] == [listed]

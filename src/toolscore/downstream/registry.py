@@ -110,6 +110,14 @@ class Registry:
         """The routes of the tools clients see: a connected server's, the policy allowing them."""
         return [r for r in self.routes.values() if r.server not in self.down and r.public_name not in self.hidden]
 
+    def listed_per_server(self) -> dict[str, int]:
+        """How many tools each server has listed: after `tools` allow/deny and the policy, as clients
+        see them (the figure `check`, `/metrics` and the console all show)."""
+        counts: dict[str, int] = {}
+        for route in self.listed():
+            counts[route.server] = counts.get(route.server, 0) + 1
+        return counts
+
 
 def _selected(name: str, allow: Sequence[str] | None, deny: Sequence[str]) -> bool:
     if matches(name, deny):
