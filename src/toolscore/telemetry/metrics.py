@@ -126,7 +126,7 @@ class CallMetrics:
         _header(out, "toolscore_server_up", "gauge", "1 when the downstream server is connected, else 0.")
         for g in gauges:
             out.append(f"toolscore_server_up{_labels(server=g.name)} {int(g.up)}")
-        _header(out, "toolscore_server_tools", "gauge", "Tools the downstream server lists.")
+        _header(out, "toolscore_server_tools", "gauge", "Tools of the server clients see (after its deny list).")
         for g in gauges:
             out.append(f"toolscore_server_tools{_labels(server=g.name)} {g.tools}")
         _header(out, "toolscore_server_start_seconds", "gauge", "How long the server's last start took.")
