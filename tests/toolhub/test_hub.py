@@ -83,9 +83,9 @@ async def test_fan_out_bounds_the_calls_and_says_who_was_not_reached() -> None:
 
 
 async def test_a_capability_timeout_is_each_candidates_deadline() -> None:
-    fakes = {"a": engine("a", 5.0), "b": engine("b", 5.0)}
+    fakes = {"a": engine("a", 600.0), "b": engine("b", 600.0)}  # only the timeout can end them
     async with running_gateway(fakes, **sections("fallback", timeout=0.1)) as (gw, audit), Client(gw.server) as c:
-        with anyio.fail_after(4):
+        with anyio.fail_after(60):  # a hang detector
             result = await call(c, arguments={"query": "x"})
         assert result.is_error and "did not answer within 0.1 s" in text(result)
         assert [r.error_kind for r in audit.records] == ["timeout", "timeout"]
@@ -173,7 +173,7 @@ async def test_sampling_synthesis_answers_with_the_clients_model_citing_the_merg
 @pytest.mark.parametrize(
     ("reply", "delay", "why"),
     [
-        ("late", 5.0, "no answer from the client's model within 0.2 s"),
+        ("late", 600.0, "no answer from the client's model within 0.2 s"),  # only the timeout ends it
         (None, 0.0, "the model's answer had no text"),
     ],
 )
@@ -185,7 +185,7 @@ async def test_the_plain_merge_answers_when_synthesis_fails(reply: str | None, d
         running_gateway(fakes, **settings) as (gw, _),
         Client(gw.server, mode="legacy", sampling_callback=model(reply, seen, delay)) as client,
     ):
-        with anyio.fail_after(4):
+        with anyio.fail_after(60):  # a hang detector
             result = await call(client, arguments={"query": "mcp"})
     assert not result.is_error and text(result).startswith("1. a: mcp")
     assert why in result.content[-1].text  # type: ignore[union-attr]
