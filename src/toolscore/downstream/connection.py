@@ -46,6 +46,7 @@ from toolscore._sdk import (
 )
 from toolscore._version import __version__
 from toolscore.config import ServerConfig
+from toolscore.downstream import spawn
 from toolscore.downstream.breaker import Breaker, BreakerState
 from toolscore.downstream.catalog import ServerLists
 from toolscore.downstream.modern import ModernLink, RelayedError, RelayedInputRequired
@@ -721,6 +722,10 @@ class Downstream:
                 self.state = ServerState.UP
                 self.breaker.reset()
                 self.error = None
+                # From the process's start where the gateway started it (early, maybe, while it
+                # imported), so the figure is the same whichever command started it.
+                if (pid := self.transport.pid) is not None and (spawned := spawn.take_started_at(pid)) is not None:
+                    began = min(began, spawned)
                 self.start_seconds = time.perf_counter() - began
                 self.connects += 1
                 self._up_since = time.monotonic()

@@ -17,6 +17,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from contextlib import suppress
 from pathlib import Path
@@ -36,6 +37,8 @@ USE_REAPER = sys.platform == "linux" and os.path.isdir("/proc/self/task")
 _Key = tuple[str, tuple[str, ...], tuple[tuple[str, str], ...], str | None]
 
 
+_started_at: dict[int, float] = {}
+"""When `start` started each process not yet connected to, by pid."""
 _early: dict[_Key, subprocess.Popen[bytes]] = {}
 """Servers started before the hub asked for them, by what `start` is asked to run."""
 _logs: dict[str, tuple[IO[str], int]] = {}
@@ -72,7 +75,8 @@ def start(
         raise FileNotFoundError(2, "command not found", command)
     if USE_REAPER:
         argv = [sys.executable, "-I", "-S", _REAPER, str(os.getpid()), "--", *argv]
-    return subprocess.Popen(
+    began = time.perf_counter()
+    popen = subprocess.Popen(
         argv,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
@@ -81,6 +85,18 @@ def start(
         cwd=cwd,
         start_new_session=True,
     )
+    _started_at[popen.pid] = began
+    return popen
+
+
+def take_started_at(pid: int) -> float | None:
+    """When `start` started process `pid` (`time.perf_counter()`), once; None for another process.
+
+    A server started early has part of its start-up behind it when its first connection begins:
+    its start time counts from here, so `check`, `/metrics` and the console agree whichever way
+    it was started.
+    """
+    return _started_at.pop(pid, None)
 
 
 def open_errlog(log_dir: Path | None, name: str) -> IO[str] | None:
