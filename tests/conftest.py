@@ -190,8 +190,20 @@ def _no_processes_unless_e2e(item: pytest.Item) -> Iterator[None]:
     def refuse(self: subprocess.Popen[Any], args: Any, *rest: Any, **kwargs: Any) -> None:
         raise _ProcessStarted(f"{item.nodeid} starts a process ({args!r:.80}): mark it `e2e`")
 
+    def refuse_os(name: str) -> Callable[..., Any]:
+        def refused(*args: Any, **kwargs: Any) -> Any:
+            raise _ProcessStarted(f"{item.nodeid} starts a process (os.{name}): mark it `e2e`")
+
+        return refused
+
+    # Popen is under asyncio's and anyio's subprocesses; os.fork under multiprocessing.
+    os_calls = {name: getattr(os, name) for name in ("fork", "posix_spawn", "posix_spawnp") if hasattr(os, name)}
     subprocess.Popen.__init__ = refuse  # type: ignore[method-assign]
+    for name in os_calls:
+        setattr(os, name, refuse_os(name))
     try:
         yield
     finally:
         subprocess.Popen.__init__ = original  # type: ignore[method-assign]
+        for name, call in os_calls.items():
+            setattr(os, name, call)
