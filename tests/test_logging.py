@@ -14,8 +14,13 @@ from toolscore._logging import configure_logging
 
 @pytest.fixture(autouse=True)
 def _restore_structlog() -> Iterator[None]:
+    # Restored in place: `reset_defaults` would install a new processor list, which loggers the
+    # gateway cached earlier never see, so a later test's `captured_logs` would miss them.
+    before = structlog.get_config()
+    saved = list(before["processors"])
     yield
-    structlog.reset_defaults()
+    before["processors"][:] = saved
+    structlog.configure(**before)
 
 
 def test_lines_go_to_the_current_stderr_and_a_closed_one_is_ignored(monkeypatch: pytest.MonkeyPatch) -> None:

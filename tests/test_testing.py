@@ -69,6 +69,7 @@ def test_captured_logs_sees_a_logger_the_gateway_already_cached() -> None:
     from toolscore.testing import captured_logs
 
     before = structlog.get_config()
+    saved = list(before["processors"])
     configure_logging("info")
     try:
         logger = structlog.get_logger("toolscore.test-cache")
@@ -76,5 +77,26 @@ def test_captured_logs_sees_a_logger_the_gateway_already_cached() -> None:
         with captured_logs() as logs:
             logger.warning("seen", n=1)
     finally:
+        before["processors"][:] = saved
         structlog.configure(**before)
     assert [(e["event"], e["n"]) for e in logs] == [("seen", 1)]
+
+
+def test_captured_logs_sees_a_logger_cached_before_logging_was_set_up_again() -> None:
+    """Each in-process CLI run sets logging up: a logger cached under an earlier set-up was missed."""
+    from toolscore._logging import configure_logging
+    from toolscore.testing import captured_logs
+
+    before = structlog.get_config()
+    saved = list(before["processors"])
+    configure_logging("info")
+    try:
+        logger = structlog.get_logger("toolscore.test-again")
+        logger.info("first use caches the logger")
+        configure_logging("info")
+        with captured_logs() as logs:
+            logger.warning("seen", n=2)
+    finally:
+        before["processors"][:] = saved
+        structlog.configure(**before)
+    assert [(e["event"], e["n"]) for e in logs] == [("seen", 2)]

@@ -38,13 +38,17 @@ def configure_logging(level: str = "info", *, json: bool = False) -> None:
     renderer: structlog.typing.Processor = (
         structlog.processors.JSONRenderer() if json else structlog.dev.ConsoleRenderer(colors=False)
     )
+    # The list in force is changed in place, never replaced: a logger cached on first use keeps
+    # the list it was cached with, so a new list would leave it writing through the old chain.
+    processors = structlog.get_config()["processors"]
+    processors[:] = [
+        structlog.processors.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+        structlog.processors.format_exc_info,
+        renderer,
+    ]
     structlog.configure(
-        processors=[
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            structlog.processors.format_exc_info,
-            renderer,
-        ],
+        processors=processors,
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
         logger_factory=_stderr_logger,
         cache_logger_on_first_use=True,

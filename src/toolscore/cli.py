@@ -524,7 +524,7 @@ def _quiet_start_up() -> None:
     """Below debug level, a one-shot command reports each server's problems in one line, no traceback."""
     import structlog
 
-    structlog.configure(processors=[_OnceEach(), *structlog.get_config()["processors"]])
+    structlog.get_config()["processors"].insert(0, _OnceEach())  # in place: cached loggers share the list
     for handler in logging.getLogger().handlers:
         handler.addFilter(_NoTraceback())
 
