@@ -135,7 +135,7 @@ def _schema_problem(tool: mcp_types.Tool) -> str | None:
         return _CHECKED[key]
     problem = _definition_problem(tool, dump)
     if len(_CHECKED) >= _CHECKED_MAX:
-        _CHECKED.clear()
+        del _CHECKED[next(iter(_CHECKED))]  # the oldest: a catalog being rebuilt stays remembered
     _CHECKED[key] = problem
     return problem
 
