@@ -495,7 +495,15 @@ class ToolExecutionEngine:
         return CallOutcome(ctx.result, ctx)
 
     def begin_sent(
-        self, tool: str, route: Route, arguments: Arguments, *, request_id: str | int, session_id: str, raw_for: str
+        self,
+        tool: str,
+        route: Route,
+        arguments: Arguments,
+        *,
+        request_id: str | int,
+        session_id: str,
+        raw_for: str,
+        scope: CallScope | None = None,
     ) -> ExecutionContext | None:
         """Phases 1 and 2 of a call its caller sends and waits for itself (the front's express lane).
 
@@ -517,6 +525,7 @@ class ToolExecutionEngine:
             session_id=session_id,
             route=route,
             raw_for=raw_for,
+            scope=scope if scope is not None else CallScope(session_id),
         )
         self._estimate(ctx)
         ctx.phase = ExecutionPhase.EXECUTION

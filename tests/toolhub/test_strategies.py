@@ -133,7 +133,8 @@ async def test_a_candidate_whose_schema_cannot_be_met_is_skipped_visibly(tmp_pat
     config = make_config(
         {
             "alpha": engine(tmp_path, "alpha", 0.0, capabilities=["search"]),
-            "beta": engine(tmp_path, "beta", 0.0, env={"SEARCH_QUERY_ARG": "q"}, capabilities=["search"]),
+            # A required `url` is no query by another name (a `q` would now be filled with it).
+            "beta": engine(tmp_path, "beta", 0.0, env={"SEARCH_QUERY_ARG": "url"}, capabilities=["search"]),
         }
     )
     async with running_gateway(config, tmp_path) as (gw, _), Client(gw.server) as client:
@@ -143,10 +144,10 @@ async def test_a_candidate_whose_schema_cannot_be_met_is_skipped_visibly(tmp_pat
         meta = result.meta["toolscore/capability"]  # type: ignore[index]
         statuses = {c["tool"]: (c["status"], c.get("reason", "")) for c in meta["candidates"]}
         assert statuses["alpha__web_search"][0] == "ok"
-        assert statuses["beta__web_search"][0] == "skipped" and "'q'" in statuses["beta__web_search"][1]
+        assert statuses["beta__web_search"][0] == "skipped" and "'url'" in statuses["beta__web_search"][1]
         # `calculate` has no `query`: skipped too, never called.
         assert statuses["alpha__calculate"][0] == "skipped"
-        assert "beta__web_search skipped (needs 'q'" in result.content[-1].text  # type: ignore[union-attr]
+        assert "beta__web_search skipped (needs 'url'" in result.content[-1].text  # type: ignore[union-attr]
 
 
 async def test_near_equal_tools_on_two_servers_are_one_capability(tmp_path: Path) -> None:

@@ -153,7 +153,13 @@ class ExpressLane:
                 return False
             arguments = params.arguments if params.arguments is not None else {}
             ctx = self._engine.begin_sent(
-                params.name, route, arguments, request_id=job.id, session_id=self._session_id, raw_for=self._version
+                params.name,
+                route,
+                arguments,
+                request_id=job.id,
+                session_id=self._session_id,
+                raw_for=self._version,
+                scope=self._scope,
             )
             if ctx is None:
                 return False
