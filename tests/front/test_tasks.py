@@ -12,6 +12,7 @@ import json
 import re
 import sys
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -44,9 +45,8 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-@pytest.fixture(scope="module")
-async def pair(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[tuple[Gateway, MemoryAuditSink]]:
-    state = tmp_path_factory.mktemp("tasks")
+@asynccontextmanager
+async def _task_gateway(state: Path) -> AsyncIterator[tuple[Gateway, MemoryAuditSink]]:
     config = make_config(
         {
             "a": {"command": sys.executable, "args": [TASKS]},
@@ -58,14 +58,27 @@ async def pair(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[tuple[
         yield running
 
 
+@pytest.fixture(scope="module")
+async def pair(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[tuple[Gateway, MemoryAuditSink]]:
+    async with _task_gateway(tmp_path_factory.mktemp("tasks")) as running:
+        yield running
+
+
+@pytest.fixture
+async def fresh_pair(tmp_path: Path) -> AsyncIterator[tuple[Gateway, MemoryAuditSink]]:
+    """A gateway of the test's own: the servers number their tasks from 1 whatever ran before."""
+    async with _task_gateway(tmp_path) as running:
+        yield running
+
+
 async def create(client: Client, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
     return await send_raw_request(client, "tools/call", {"name": tool, "arguments": arguments, "task": {"ttl": 60000}})
 
 
 async def test_a_task_augmented_call_is_relayed_and_its_task_routed_back_to_its_server(
-    pair: tuple[Gateway, MemoryAuditSink],
+    fresh_pair: tuple[Gateway, MemoryAuditSink],
 ) -> None:
-    gateway, sink = pair
+    gateway, sink = fresh_pair
     async with Client(gateway.server, mode="legacy") as client:
         tasks = client.server_capabilities.tasks
         assert tasks is not None and tasks.requests is not None and tasks.requests.tools is not None
