@@ -20,6 +20,7 @@ import httpx2
 import pytest
 
 from tests.conftest import TOOLSCORE, fixture_entry, free_port, write_config
+from tests.reliability.test_bad_input import Http as SessionHttp
 from tests.security.test_limits import answer, send
 
 pytestmark = pytest.mark.e2e
@@ -172,14 +173,7 @@ class Http:
                 headers["Mcp-Name"] = name
         return self.client.post(self.url, content=line, headers=headers)
 
-    @staticmethod
-    def message(reply: httpx2.Response) -> dict[str, Any]:
-        if reply.headers.get("content-type", "").startswith("text/event-stream"):
-            data = [line[5:].strip() for line in reply.text.splitlines() if line.startswith("data:")]
-            value: dict[str, Any] = json.loads(next(d for d in data if d))
-            return value
-        value = reply.json()
-        return value
+    message = staticmethod(SessionHttp.message)  # one JSON-RPC message, whether JSON or one SSE event
 
     def echo(self, text: str) -> str:
         line = _call(b"100", b"fx__echo", json.dumps({"text": text}).encode())
