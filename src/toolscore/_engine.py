@@ -409,8 +409,8 @@ class ToolExecutionEngine:
             raw_for=raw_for if self.keeps_raw_results else None,
             scope=scope if scope is not None else NO_CLIENT if session_id is None else CallScope(session_id),
         )
-        caller = session_id if plan_id is None and self._settings.max_calls_in_flight is not None else None
-        if caller is not None and not self._enter(caller):
+        caller = session_id if plan_id is None else None  # a plan's steps are its one call's
+        if caller is not None and not self.take_slot(caller):
             return self._over_cap(ctx)
         try:
             traced = tracing.tracer  # None unless tracing is on: then this read is the whole cost
@@ -420,34 +420,30 @@ class ToolExecutionEngine:
                 return await self._execute(ctx, timeout)
         finally:
             if caller is not None:
-                self._leave(caller)
+                self.give_slot(caller)
 
-    def _enter(self, caller: str) -> bool:
-        """Count a call of `caller` in flight; False (and not counted): it has as many as allowed."""
-        count = self._in_flight.get(caller, 0)
+    def take_slot(self, caller: str) -> bool:
+        """Hold one of `caller`'s calls in flight (a passthrough call, or a front call such as
+        `orchestrate` whose steps are its own). False, and nothing held: the caller has as many as
+        allowed (`over_cap_text` says so). `give_slot` gives it back. No cap: always True."""
         cap = self._settings.max_calls_in_flight
-        if cap is not None and count >= cap:
+        if cap is None:
+            return True
+        count = self._in_flight.get(caller, 0)
+        if count >= cap:
             return False
         self._in_flight[caller] = count + 1
         return True
 
-    def _leave(self, caller: str) -> None:
+    def give_slot(self, caller: str) -> None:
+        """The end of a call `take_slot` admitted."""
+        if self._settings.max_calls_in_flight is None:
+            return
         count = self._in_flight.get(caller, 0) - 1
         if count > 0:
             self._in_flight[caller] = count
         else:
             self._in_flight.pop(caller, None)  # callers come and go: keep only those with calls in flight
-
-    def take_slot(self, caller: str) -> bool:
-        """Hold one of `caller`'s calls in flight for a front call that makes no engine call of its
-        own (`orchestrate`, `delegate`: their steps are theirs). False, and nothing held: the caller
-        has as many as allowed (`over_cap_text` says so). `give_slot` gives it back."""
-        return self._settings.max_calls_in_flight is None or self._enter(caller)
-
-    def give_slot(self, caller: str) -> None:
-        """The end of a call `take_slot` admitted."""
-        if self._settings.max_calls_in_flight is not None:
-            self._leave(caller)
 
     def over_cap_text(self) -> str:
         """What a call over its caller's cap is answered."""
@@ -515,7 +511,7 @@ class ToolExecutionEngine:
         """
         if not self.hookless or route.schema_errors(arguments):
             return None
-        if self._settings.max_calls_in_flight is not None and not self._enter(session_id):
+        if not self.take_slot(session_id):
             return None  # `execute` answers it (over the cap)
         ctx = ExecutionContext(
             call_id=f"{_process_tag}-{next(_call_ids)}",
@@ -559,8 +555,8 @@ class ToolExecutionEngine:
     def abandon_sent(self, ctx: ExecutionContext) -> None:
         """A call begun with `begin_sent` is no longer in flight there: it was never sent (`execute`
         takes it), or it ended (`end_sent` calls this)."""
-        if self._settings.max_calls_in_flight is not None and ctx.session_id is not None:
-            self._leave(ctx.session_id)
+        if ctx.session_id is not None:
+            self.give_slot(ctx.session_id)
 
     def _error_result(self, exc: ToolscoreError) -> mcp_types.CallToolResult:
         """The client's answer for a call that failed in the gateway: the error's text, redacted."""
