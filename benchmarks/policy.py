@@ -45,7 +45,7 @@ class Instant:
         return None
 
     async def __call__(
-        self, server: str, tool: str, arguments: Any, *, progress: Any, scope: Any
+        self, server: str, tool: str, arguments: Any, *, progress: Any, scope: Any, keep_bytes: bool = False
     ) -> mcp_types.CallToolResult:
         return RESULT
 

@@ -46,7 +46,14 @@ class FakeServers:
         self.timed_out.append(server)
 
     async def __call__(
-        self, server: str, tool: str, arguments: Arguments, *, progress: ProgressFn | None, scope: CallScope
+        self,
+        server: str,
+        tool: str,
+        arguments: Arguments,
+        *,
+        progress: ProgressFn | None,
+        scope: CallScope,
+        keep_bytes: bool = False,
     ) -> mcp_types.CallToolResult:
         self.calls.append((tool, arguments))
         if tool == "slow":

@@ -51,7 +51,7 @@ from toolscore.errors import (
 )
 from toolscore.scope import NO_CLIENT, CallScope
 from toolscore.telemetry import tracing
-from toolscore.types import Arguments, CallDownstream, CallDownstreamRaw, ProgressFn, ToolSource
+from toolscore.types import Arguments, CallDownstream, ProgressFn, ToolSource
 
 __all__ = [
     "DEFAULT_OUTPUT_TOKENS",
@@ -107,8 +107,8 @@ class ExecutionContext:
     """The plan this call is a step of (`orchestrate`), else None."""
     invoke: Invoke | None = field(default=None, repr=False)
     """Sends the request in place of `tools/call` (a resource read), when not None."""
-    raw_for: str | None = None
-    """The front client's protocol version, when its result may stay the server's bytes."""
+    keep_bytes: bool = False
+    """Whether the result may stay the bytes the server wrote (`raw`), for the client's version."""
     raw: RawResult | None = field(default=None, repr=False)
     """The server's result as it wrote it; `result` is then a stand-in carrying only `isError`."""
     route: Route | None = None
@@ -295,7 +295,7 @@ class CallOutcome:
 
     @property
     def raw(self) -> RawResult | None:
-        """The server's result bytes, when the call asked for them (`raw_for`) and they stayed whole;
+        """The server's result bytes, when the call asked for them (`keep_bytes`) and they stayed whole;
         `result` is then only a stand-in."""
         return self.context.raw
 
@@ -313,13 +313,12 @@ class ToolExecutionEngine:
         pre_hooks: Sequence[PreExecutionHook] = (),
         wrap_hooks: Sequence[WrapHook] = (),
         post_hooks: Sequence[PostExecutionHook] = (),
-        call_raw: CallDownstreamRaw | None = None,
         redact: Callable[[str], str] | None = None,
     ) -> None:
         """Args:
         tools: What the engine knows of the downstream servers (the registry, who is up).
-        call: The I/O seam: sends a call to a server.
-        call_raw: `call`, answering with the server's result bytes where it can (the fast path).
+        call: The I/O seam: sends a call to a server (and keeps its result's bytes where asked and
+            the connection allows).
         audit: Receives one record per call.
         settings: Deadlines, names and audit options (default: `EngineSettings()`).
         pre_hooks: Constraint hooks (phase 2), in order.
@@ -338,16 +337,11 @@ class ToolExecutionEngine:
         self._execute_chain: CallNext = self._downstream
         for wrap in reversed(tuple(wrap_hooks)):  # built once: the first wrap is the outermost
             self._execute_chain = functools.partial(wrap, call_next=self._execute_chain)
-        self._call_raw = call_raw
         self._redact = redact
         # Bytes can pass only hooks that never look at a result.
-        self.keeps_raw_results = (
-            call_raw is not None
-            and not self._post
-            and all(getattr(w, "passes_results_through", False) for w in wrap_hooks)
-        )
-        """Whether a call asking for it (`raw_for`) can get the server's result bytes."""
-        self.hookless = call_raw is not None and not self._pre and not wrap_hooks and not self._post
+        self.keeps_raw_results = not self._post and all(getattr(w, "passes_results_through", False) for w in wrap_hooks)
+        """Whether a call asking for it (`keep_bytes`) can get the server's result bytes."""
+        self.hookless = not self._pre and not wrap_hooks and not self._post
         """Whether no hook is installed: a caller may then send a call itself (`begin_sent`)."""
         self._predicted_output: dict[str, float] = {}
         self._in_flight: dict[str, int] = {}
@@ -369,7 +363,7 @@ class ToolExecutionEngine:
         confirm: ConfirmFn | None = None,
         route: Route | None = None,
         invoke: Invoke | None = None,
-        raw_for: str | None = None,
+        keep_bytes: bool = False,
         scope: CallScope | None = None,
     ) -> CallOutcome:
         """Run one call; never raises for anything a model could cause.
@@ -387,8 +381,8 @@ class ToolExecutionEngine:
                 pseudo-tool `resources/read` of its server); with `invoke`, which sends it.
             invoke: Sends the request in place of `tools/call`; its result, shaped as a tool
                 result, goes through the post hooks like any other.
-            raw_for: The front client's protocol version: the result may then stay the bytes the
-                server wrote (`CallOutcome.raw`), when no hook needs to read it.
+            keep_bytes: The result may stay the bytes the server wrote (`CallOutcome.raw`), when no
+                hook needs to read it and they mean the same to the client (`scope.version`).
             scope: The front request's scope (its client's back-channel); by default one with
                 `session_id` as its caller and no client to ask.
 
@@ -406,7 +400,7 @@ class ToolExecutionEngine:
             progress=progress,
             invoke=invoke,
             route=route,
-            raw_for=raw_for if self.keeps_raw_results else None,
+            keep_bytes=keep_bytes and self.keeps_raw_results,
             scope=scope if scope is not None else NO_CLIENT if session_id is None else CallScope(session_id),
         )
         caller = session_id if plan_id is None else None  # a plan's steps are its one call's
@@ -498,16 +492,15 @@ class ToolExecutionEngine:
         *,
         request_id: str | int,
         session_id: str,
-        raw_for: str,
         scope: CallScope | None = None,
     ) -> ExecutionContext | None:
         """Phases 1 and 2 of a call its caller sends and waits for itself (the front's express lane).
 
         Only while no hook is installed (`hookless`), so nothing in phases 2-4 can await, and
         only for a call that passes pre-validation: else None, and `execute` runs it (and says
-        what is wrong). The caller has checked that the server takes calls now: it holds the
-        channel to send on (`Downstream.sending`). It sends the call with `ctx.timeout` as its
-        deadline, then hands its outcome to `end_sent`, which audits it as `execute` would.
+        what is wrong). The caller then sends the call (`Downstream.send`) with `ctx.timeout` as
+        its deadline, and hands its outcome to `end_sent`, which audits it as `execute` would;
+        or, where it could not be sent, gives the call back (`abandon_sent`) for `execute`.
         """
         if not self.hookless or route.schema_errors(arguments):
             return None
@@ -520,7 +513,7 @@ class ToolExecutionEngine:
             request_id=str(request_id),
             session_id=session_id,
             route=route,
-            raw_for=raw_for,
+            keep_bytes=True,
             scope=scope if scope is not None else CallScope(session_id),
         )
         self._estimate(ctx)
@@ -630,22 +623,18 @@ class ToolExecutionEngine:
             with anyio.CancelScope(deadline=anyio.current_time() + deadline):
                 if ctx.invoke is not None:
                     return await ctx.invoke()
-                if ctx.raw_for is not None and self._call_raw is not None:
-                    answer = await self._call_raw(
-                        ctx.route.server,
-                        ctx.route.remote_name,
-                        ctx.arguments,
-                        progress=ctx.progress,
-                        scope=ctx.scope,
-                        protocol_version=ctx.raw_for,
-                    )
-                    if isinstance(answer, RawResult):
-                        ctx.raw = answer
-                        return _STAND_IN[answer.is_error]
-                    return answer
-                return await self._call(
-                    ctx.route.server, ctx.route.remote_name, ctx.arguments, progress=ctx.progress, scope=ctx.scope
+                answer = await self._call(
+                    ctx.route.server,
+                    ctx.route.remote_name,
+                    ctx.arguments,
+                    progress=ctx.progress,
+                    scope=ctx.scope,
+                    keep_bytes=ctx.keep_bytes,
                 )
+                if isinstance(answer, RawResult):
+                    ctx.raw = answer
+                    return _STAND_IN[answer.is_error]
+                return answer
         except TimeoutError:  # a deadline inside the call, as the SDK's own
             pass
         # Here the deadline passed: a cancellation from outside passes through this scope.

@@ -188,7 +188,6 @@ async def open_gateway(
             engine = ToolExecutionEngine(
                 tools=hub,
                 call=hub.call,
-                call_raw=hub.call_raw,
                 audit=sink,
                 settings=EngineSettings.from_config(config),
                 # Constraint hooks (the policy's and the caller's) are behind the feature flag.

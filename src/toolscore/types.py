@@ -12,7 +12,7 @@ from toolscore.downstream.registry import Registry
 if TYPE_CHECKING:
     from toolscore.scope import CallScope
 
-__all__ = ["ANONYMOUS_CALLER", "Arguments", "CallDownstream", "CallDownstreamRaw", "ProgressFn", "ToolSource"]
+__all__ = ["ANONYMOUS_CALLER", "Arguments", "CallDownstream", "ProgressFn", "ToolSource"]
 
 ANONYMOUS_CALLER = "principal:anonymous"
 """The caller of a stateless (2026-07-28) HTTP request on a front without tokens: every such client
@@ -31,16 +31,10 @@ class ProgressFn(Protocol):
 class CallDownstream(Protocol):
     """The engine's one I/O seam: send a call to a server and return its result verbatim.
 
-    Raises `DownstreamError` (or a subclass) when the server cannot answer.
+    `keep_bytes`: the result may be the bytes the server wrote (`RawResult`), where the connection
+    allows; a seam that never keeps bytes ignores it. Raises `DownstreamError` (or a subclass)
+    when the server cannot answer.
     """
-
-    async def __call__(
-        self, server: str, tool: str, arguments: Arguments, *, progress: ProgressFn | None, scope: CallScope
-    ) -> mcp_types.CallToolResult: ...
-
-
-class CallDownstreamRaw(Protocol):
-    """`CallDownstream`, answering with the server's result bytes where the connection allows."""
 
     async def __call__(
         self,
@@ -50,7 +44,7 @@ class CallDownstreamRaw(Protocol):
         *,
         progress: ProgressFn | None,
         scope: CallScope,
-        protocol_version: str,
+        keep_bytes: bool = False,
     ) -> RawResult | mcp_types.CallToolResult: ...
 
 

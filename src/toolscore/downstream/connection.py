@@ -50,7 +50,7 @@ from toolscore.downstream import spawn
 from toolscore.downstream.breaker import Breaker, BreakerState
 from toolscore.downstream.catalog import ServerLists
 from toolscore.downstream.modern import ModernLink, RelayedError, RelayedInputRequired
-from toolscore.downstream.raw import ConnectionLost, RawChannel, RawResult
+from toolscore.downstream.raw import ConnectionLost, RawChannel, RawResult, Sent
 from toolscore.downstream.relay import Peer, attribute, no_peer_error, unattributable_error
 from toolscore.downstream.transports import Transport
 from toolscore.errors import DownstreamProtocolError, DownstreamUnavailable
@@ -58,7 +58,7 @@ from toolscore.scope import CallScope
 from toolscore.telemetry import tracing
 from toolscore.types import Arguments, ProgressFn
 
-__all__ = ["Downstream", "ServerState", "ServerStatus"]
+__all__ = ["Downstream", "SentCall", "ServerState", "ServerStatus", "Settled"]
 
 log = structlog.get_logger("toolscore.downstream")
 
@@ -174,7 +174,33 @@ async def _watched(
 
 
 def _nothing() -> None:
-    """What `Downstream.serving` returns for a call with no client to release."""
+    """What `Downstream._attending` returns for a call with no client to release."""
+
+
+Settled = Callable[[RawResult | mcp_types.CallToolResult | DownstreamUnavailable | DownstreamProtocolError], None]
+"""Receives a sent call's outcome (`Downstream.send`): the result, or the error `Downstream.call`
+would raise for it."""
+
+
+@dataclass(slots=True, eq=False)
+class SentCall:
+    """A call sent on a connection's raw channel and not yet settled (`Downstream.send`)."""
+
+    channel: RawChannel
+    attended: Callable[[], None]
+    """Ends the client's turn as the server's peer (`release`)."""
+    sent_id: str = ""
+    """The id the request went to the server with."""
+
+    def release(self) -> None:
+        """The client is no longer this call's peer (once; the call settled, ended or was withdrawn)."""
+        attended, self.attended = self.attended, _nothing
+        attended()
+
+    async def withdraw(self) -> None:
+        """Stop waiting for the call, and tell the server (`notifications/cancelled`)."""
+        self.release()
+        await self.channel.withdraw(self.sent_id)
 
 
 def _describe(exc: BaseException) -> str:
@@ -316,7 +342,7 @@ class Downstream:
             raise DownstreamUnavailable(
                 f"Server '{self.name}' is not available ({self.unavailable_reason()}).", server=self.name
             )
-        release = self.serving(scope)
+        release = self._attending(scope)
         lost = self._lost
         try:
             yield client.session
@@ -345,17 +371,34 @@ class Downstream:
         return DownstreamProtocolError(f"Server '{self.name}' sent a malformed result for {what}.", server=self.name)
 
     async def call(
-        self, tool: str, arguments: Arguments, *, progress: ProgressFn | None, scope: CallScope
-    ) -> mcp_types.CallToolResult:
-        """Send `tools/call` for `scope`'s client and return the downstream's result verbatim.
+        self,
+        tool: str,
+        arguments: Arguments,
+        *,
+        progress: ProgressFn | None,
+        scope: CallScope,
+        keep_bytes: bool = False,
+    ) -> RawResult | mcp_types.CallToolResult:
+        """Send `tools/call` for `scope`'s client and return the downstream's result verbatim: the
+        awaiting driver of the connection's one call seam (`send` is its callback driver).
 
-        `send_request` rather than `Client.call_tool`: the latter validates structured output
-        client-side and may re-list tools; the gateway passes results through untouched.
+        `keep_bytes`: the result may stay the bytes the server wrote (`RawResult`), where they mean
+        the same to the client: a stdio connection that negotiated the client's version
+        (`scope.version`). Otherwise, and for whatever the fast reading cannot vouch for
+        (`toolscore.downstream.raw`), it is the SDK's model. `send_request` rather than
+        `Client.call_tool`: the latter validates structured output client-side and may re-list
+        tools; the gateway passes results through untouched.
 
         Raises:
             DownstreamUnavailable: not connected, or the connection broke during the call.
             DownstreamProtocolError: the server answered with a JSON-RPC error or a bad result.
         """
+        if keep_bytes and not self._lost.is_set():  # a restarting server: the model path waits for it
+            channel = self._raw_channel_for(scope.version)
+            if channel is not None:
+                async with self._call_exchange(tool, scope):
+                    answer = await channel.call(tool, arguments, progress=progress)
+                return answer if isinstance(answer, RawResult) else self._without_stamp(answer)
         what = f"the call to '{tool}'"
         raw = await self._relay("tools/call", {"name": tool, "arguments": arguments}, what, scope, progress)
         if raw is not None:
@@ -368,6 +411,49 @@ class Downstream:
             request = mcp_types.CallToolRequest(params=mcp_types.CallToolRequestParams(name=tool, arguments=arguments))
             result = await session.send_request(request, mcp_types.CallToolResult, progress_callback=progress)
         return self._without_stamp(result)
+
+    def send(self, tool: str, arguments: Arguments, scope: CallScope, then: Settled) -> SentCall | None:
+        """`call` with `keep_bytes`, driven by callbacks: the request is written now, and `then` gets
+        its outcome (the result, or the error `call` would raise) from the connection's reader.
+
+        None: nothing was sent, as the call cannot go this way now (not a stdio connection at the
+        client's version, a breaker that is not closed, a restarting server, a pipe that cannot take
+        the request whole at once); `call` is the way then. While the call is out, `scope`'s client
+        is this server's peer (`attribute`); a caller that stops waiting ends it with
+        `SentCall.withdraw`, and a settled or withdrawn call releases the peer.
+        """
+        if self._refusal() is not None or self._lost.is_set():
+            return None
+        channel = self._raw_channel_for(scope.version)
+        if channel is None:
+            return None
+        sent = SentCall(channel, self._attending(scope))
+        sent_id = channel.send(tool, arguments, Sent(partial(self._settle_sent, tool, sent, then)))
+        if sent_id is None:
+            sent.release()
+            return None
+        sent.sent_id = sent_id
+        return sent
+
+    def _settle_sent(
+        self,
+        tool: str,
+        sent: SentCall,
+        then: Settled,
+        outcome: RawResult | mcp_types.CallToolResult | MCPError | ValidationError,
+    ) -> None:
+        """A sent call's outcome, from the reader, as `call` would end it (a lost connection is restarted)."""
+        sent.release()
+        if isinstance(outcome, RawResult):
+            then(outcome)
+        elif isinstance(outcome, mcp_types.CallToolResult):
+            then(self._without_stamp(outcome))
+        elif isinstance(outcome, ValidationError):
+            then(self._malformed(f"the call to '{tool}'"))
+        elif isinstance(outcome, ConnectionLost):
+            then(self._closed_during(f"the call to '{tool}'", _CALL_CLOSED_NOTE))
+        else:
+            then(self._answered(tool, outcome))
 
     @property
     def modern_version(self) -> str | None:
@@ -443,50 +529,10 @@ class Downstream:
                 f"Server '{self.name}' sent a malformed result for {what}.", server=self.name
             ) from None
 
-    async def call_raw(
-        self, tool: str, arguments: Arguments, *, progress: ProgressFn | None, scope: CallScope, protocol_version: str
-    ) -> RawResult | mcp_types.CallToolResult:
-        """`call`, answered with the result's bytes as the server wrote them where that is exact.
-
-        That is over a stdio connection that negotiated `protocol_version` (the front client's):
-        the bytes then mean the same on both sides. Otherwise, and for whatever the fast reading
-        cannot vouch for (`toolscore.downstream.raw`), the result is the SDK's model, as `call` gives.
-        """
-        channel = self._raw_channel_for(protocol_version)
-        if channel is None or self._lost.is_set():  # `call` waits for a restarting server
-            return await self.call(tool, arguments, progress=progress, scope=scope)
-        async with self._call_exchange(tool, scope):
-            answer = await channel.call(tool, arguments, progress=progress)
-        return answer if isinstance(answer, RawResult) else self._without_stamp(answer)
-
-    def sending(self, protocol_version: str) -> RawChannel | None:
-        """The raw channel, where a call may be sent on it now and its result kept as bytes (what
-        `call_raw` requires, and the breaker closed); else None. The express lane's (`front.express`),
-        which hands the outcome to `call_outcome`."""
-        if self._refusal() is not None or self._lost.is_set():
-            return None
-        return self._raw_channel_for(protocol_version)
-
-    def call_outcome(
-        self, tool: str, outcome: RawResult | mcp_types.CallToolResult | MCPError | ValidationError
-    ) -> RawResult | mcp_types.CallToolResult | DownstreamUnavailable | DownstreamProtocolError:
-        """A call sent on the raw channel (`RawChannel.send`) as `call_raw` ends it: the result, or the
-        error it raises (a lost connection is restarted)."""
-        if isinstance(outcome, RawResult):
-            return outcome
-        if isinstance(outcome, mcp_types.CallToolResult):
-            return self._without_stamp(outcome)
-        what = f"the call to '{tool}'"
-        if isinstance(outcome, ValidationError):
-            return self._malformed(what)
-        if isinstance(outcome, ConnectionLost):
-            return self._closed_during(what, _CALL_CLOSED_NOTE)
-        return self._answered(tool, outcome)
-
-    def serving(self, scope: CallScope) -> Callable[[], None]:
+    def _attending(self, scope: CallScope) -> Callable[[], None]:
         """A call of `scope`'s is in flight on this connection until the returned function is called:
         its client may receive this server's requests and logs meanwhile (`attribute`). Every call
-        registers so: those sent here (`_exchange`) and those the express lane sends itself."""
+        registers so: those awaited (`_exchange`) and those sent (`send`)."""
         peer = scope.peer
         if peer is None:  # no client to ask: the call does not take part in attribution
             return _nothing
@@ -503,7 +549,14 @@ class Downstream:
         """The server's JSON-RPC error answering a call to `tool`, as the gateway reports it."""
         return DownstreamProtocolError.answered(self.name, f"the call to '{tool}'", exc.error)
 
-    def _raw_channel_for(self, protocol_version: str) -> RawChannel | None:
+    def keeps_bytes(self, protocol_version: str) -> bool:
+        """Whether a call for a client speaking `protocol_version` can be sent now with its result
+        kept as bytes (`send`, `call` with `keep_bytes`): a stdio connection at that version, up,
+        its breaker closed. The route of a call reads it (`toolscore.front.route`)."""
+        channel = self._raw_channel_for(protocol_version)
+        return channel is not None and not self._lost.is_set() and self._refusal() is None
+
+    def _raw_channel_for(self, protocol_version: str | None) -> RawChannel | None:
         """The raw channel, where the bytes of a result mean the same to a client speaking
         `protocol_version`: the connection negotiated that version."""
         return self._raw_channel() if self.protocol_version == protocol_version else None

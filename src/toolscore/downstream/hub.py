@@ -29,7 +29,7 @@ from toolscore.downstream.connection import Downstream, ServerState, ServerStatu
 from toolscore.downstream.raw import RawResult
 from toolscore.downstream.registry import Registry, Route, build_registry
 from toolscore.downstream.relay import Peer
-from toolscore.downstream.tasks import call_tool, runs_as_task
+from toolscore.downstream.tasks import call_as_task, runs_as_task
 from toolscore.downstream.transports import MemoryTransport, Transport, transport_for
 from toolscore.errors import DownstreamUnavailable, Rejected, UsageError
 from toolscore.scope import CallScope
@@ -251,28 +251,17 @@ class DownstreamHub:
         *,
         progress: ProgressFn | None,
         scope: CallScope,
-    ) -> mcp_types.CallToolResult:
-        """Call `tool` on `server` (the server's own tool name) for `scope`, on its caller's instance if isolated."""
-        async with self._serving(server, scope) as downstream:
-            return await call_tool(downstream, tool, arguments, progress=progress, scope=scope)  # a task if it must be
-
-    async def call_raw(
-        self,
-        server: str,
-        tool: str,
-        arguments: Arguments,
-        *,
-        progress: ProgressFn | None,
-        scope: CallScope,
-        protocol_version: str,
+        keep_bytes: bool = False,
     ) -> RawResult | mcp_types.CallToolResult:
-        """`call`, with the result as the server's bytes where the connection allows (`Downstream.call_raw`)."""
+        """Call `tool` on `server` (the server's own tool name) for `scope`, on its caller's instance
+        if isolated, as a task where it must be (`toolscore.downstream.tasks`); `keep_bytes`: the
+        result may stay the server's bytes (`Downstream.call`)."""
         shared = self.downstreams.get(server)
         if shared is not None and shared.config.isolation != "session":
             # What `_serving` gives a shared server, without its context manager: the hot path's every call.
-            return await _call_raw(shared, tool, arguments, progress, scope, protocol_version)
+            return await _call(shared, tool, arguments, progress, scope, keep_bytes)
         async with self._serving(server, scope) as downstream:
-            return await _call_raw(downstream, tool, arguments, progress, scope, protocol_version)
+            return await _call(downstream, tool, arguments, progress, scope, keep_bytes)
 
     @asynccontextmanager
     async def _serving(self, server: str, scope: CallScope) -> AsyncIterator[Downstream]:
@@ -461,15 +450,14 @@ async def open_hub(
             tg.cancel_scope.cancel()
 
 
-async def _call_raw(
+async def _call(
     downstream: Downstream,
     tool: str,
     arguments: Arguments,
     progress: ProgressFn | None,
     scope: CallScope,
-    protocol_version: str,
+    keep_bytes: bool,
 ) -> RawResult | mcp_types.CallToolResult:
     if runs_as_task(downstream, tool, scope):
-        # A task's result is a model.
-        return await call_tool(downstream, tool, arguments, progress=progress, scope=scope)
-    return await downstream.call_raw(tool, arguments, progress=progress, scope=scope, protocol_version=protocol_version)
+        return await call_as_task(downstream, tool, arguments, scope=scope)  # a model
+    return await downstream.call(tool, arguments, progress=progress, scope=scope, keep_bytes=keep_bytes)

@@ -179,7 +179,7 @@ def read_result(data: bytes) -> RawResult | None:
     try:
         summary = _summary.decode(data)
         if summary.meta and _SERVER_INFO in bytes(summary.meta):
-            return None  # a 2026-era server's stamp: the models take it out (`Downstream.call_raw`)
+            return None  # a 2026-era server's stamp: the models take it out (`Downstream.call`)
         chars = 0
         for block in summary.content:
             size = _block_chars(block, plain)

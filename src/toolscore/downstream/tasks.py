@@ -25,9 +25,9 @@ from pydantic import ValidationError
 from toolscore.downstream.connection import Downstream
 from toolscore.errors import DownstreamProtocolError
 from toolscore.scope import CallScope
-from toolscore.types import Arguments, ProgressFn
+from toolscore.types import Arguments
 
-__all__ = ["CREATED_TASK_META_KEY", "call_tool", "runs_as_task", "tool_result"]
+__all__ = ["CREATED_TASK_META_KEY", "call_as_task", "runs_as_task", "tool_result"]
 
 _CANCEL_SECONDS = 5.0
 
@@ -61,17 +61,16 @@ def tool_result(server: str, raw: dict[str, Any], what: str) -> mcp_types.CallTo
     return result
 
 
-async def call_tool(
-    downstream: Downstream, tool: str, arguments: Arguments, *, progress: ProgressFn | None, scope: CallScope
+async def call_as_task(
+    downstream: Downstream, tool: str, arguments: Arguments, *, scope: CallScope
 ) -> mcp_types.CallToolResult:
-    """`Downstream.call`, run as a task when the tool requires one.
+    """`Downstream.call` for a call that goes as a task (`runs_as_task`): created, then its result
+    awaited, unless the client asked for the task itself (it then polls for the result).
 
     Raises:
         toolscore.errors.DownstreamUnavailable: not connected, or the connection broke.
         DownstreamProtocolError: the server answered with an error or something malformed.
     """
-    if not runs_as_task(downstream, tool, scope):
-        return await downstream.call(tool, arguments, progress=progress, scope=scope)
     what = f"the call to '{tool}'"
     asked = scope.task
     params = {"name": tool, "arguments": arguments, "task": dict(asked or {})}

@@ -6,8 +6,8 @@ through the event loop with its cancel scopes and futures. While no engine hook 
 nothing between the request and the answer needs to wait on anything but the server, so here:
 
 - the front's reader decodes the call (`fast.decode_call`), runs pre-validation
-  (`ToolExecutionEngine.begin_sent`), writes the request on the downstream's raw channel
-  (`RawChannel.send`) and reads on;
+  (`ToolExecutionEngine.begin_sent`), writes the request on the downstream's pipe
+  (`Downstream.send`, the callback driver of the connection's one call seam) and reads on;
 - the downstream's reader, which reads the answer, hands it here: the engine ends the call
   (`end_sent`: tokens, audit) and the answer is written to the client from that reader, the
   server's result bytes spliced in as on the hot path.
@@ -43,14 +43,13 @@ import anyio
 import mcp_types
 import structlog
 from anyio.abc import TaskGroup
-from mcp import MCPError
-from pydantic import ValidationError
 
 from toolscore._engine import ExecutionContext, ToolExecutionEngine
-from toolscore.downstream.connection import Downstream
-from toolscore.downstream.raw import RawChannel, RawResult, Sent
+from toolscore.downstream.connection import Downstream, SentCall
+from toolscore.downstream.raw import RawResult
 from toolscore.downstream.registry import Route
 from toolscore.downstream.relay import Peer
+from toolscore.errors import DownstreamProtocolError, DownstreamUnavailable
 from toolscore.front.fast import Job, encode_answer, internal_error
 from toolscore.scope import CallScope
 
@@ -82,12 +81,8 @@ class _Pending:
 
     request_id: int | str
     ctx: ExecutionContext
-    downstream: Downstream
-    channel: RawChannel
-    release: Callable[[], None]
-    """Ends the client's turn as the server's peer."""
-    sent_id: str = ""
-    """The id the request went to the server with."""
+    call: SentCall | None = None
+    """The call as the connection sent it (None until it is sent)."""
     timer: asyncio.TimerHandle | None = None
     """The deadline: a bare loop timer, the cheapest one there is (no cancel scope, no task)."""
     ended: bool = False
@@ -148,34 +143,25 @@ class ExpressLane:
             if found is None:
                 return False
             route, downstream = found
-            channel = downstream.sending(self._version)
-            if channel is None:
+            if not downstream.keeps_bytes(self._version):  # checked before the engine makes a context
                 return False
             arguments = params.arguments if params.arguments is not None else {}
             ctx = self._engine.begin_sent(
-                params.name,
-                route,
-                arguments,
-                request_id=job.id,
-                session_id=self._session_id,
-                raw_for=self._version,
-                scope=self._scope,
+                params.name, route, arguments, request_id=job.id, session_id=self._session_id, scope=self._scope
             )
             if ctx is None:
                 return False
-            pending = _Pending(job.id, ctx, downstream, channel, downstream.serving(self._scope))
-            sent_id = channel.send(route.remote_name, arguments, Sent(partial(self._answered, pending)))
+            pending = _Pending(job.id, ctx)
+            pending.call = downstream.send(route.remote_name, arguments, self._scope, partial(self._answered, pending))
         except Exception:  # a bug, before anything was sent: the hot path answers the call
             log.exception("express lane failed; the call takes the hot path", tool=params.name)
             if ctx is not None:
                 self._engine.abandon_sent(ctx)
             return False
-        if sent_id is None:  # the pipe cannot take it now: the hot path waits for it
-            pending.release()
+        if pending.call is None:  # it cannot go this way now (the pipe is full, ...): the hot path's
             self._engine.abandon_sent(ctx)
             return False
         self._out, self._tg = out, tg
-        pending.sent_id = sent_id
         self._pending[job.id] = pending
         self.sent += 1
         assert ctx.timeout is not None
@@ -190,7 +176,8 @@ class ExpressLane:
         if pending is None or not self._end(pending):
             return False
         self._engine.end_sent(pending.ctx, None)
-        self._later(pending.channel.withdraw, pending.sent_id)
+        assert pending.call is not None
+        self._later(pending.call.withdraw)
         return True
 
     async def close(self) -> None:
@@ -198,7 +185,8 @@ class ExpressLane:
         for pending in list(self._pending.values()):
             if self._end(pending):
                 self._engine.end_sent(pending.ctx, None)
-                await pending.channel.withdraw(pending.sent_id)
+                assert pending.call is not None
+                await pending.call.withdraw()
 
     def _end(self, pending: _Pending) -> bool:
         """Take `pending` out of the lane once; False if it had already ended."""
@@ -208,20 +196,21 @@ class ExpressLane:
         del self._pending[pending.request_id]
         if pending.timer is not None:
             pending.timer.cancel()
-        pending.release()
+        if pending.call is not None:
+            pending.call.release()
         return True
 
     def _answered(
-        self, pending: _Pending, outcome: RawResult | mcp_types.CallToolResult | MCPError | ValidationError
+        self,
+        pending: _Pending,
+        outcome: RawResult | mcp_types.CallToolResult | DownstreamUnavailable | DownstreamProtocolError,
     ) -> None:
         """The server's answer, or the error that ended the call (its connection lost), from its reader."""
         if not self._end(pending):
             return
         tool = pending.ctx.tool
         try:
-            assert pending.ctx.route is not None
-            settled = pending.downstream.call_outcome(pending.ctx.route.remote_name, outcome)
-            done = self._engine.end_sent(pending.ctx, settled)
+            done = self._engine.end_sent(pending.ctx, outcome)
             assert done is not None
             line = encode_answer(pending.request_id, tool, done, self._version, b"\n")
         except Exception:  # the SDK path's boundary: a bug is logged and answered, never raised into the reader
@@ -238,7 +227,8 @@ class ExpressLane:
         self._later(self._withdraw_then_send, pending, line)
 
     async def _withdraw_then_send(self, pending: _Pending, line: bytes) -> None:
-        await pending.channel.withdraw(pending.sent_id)
+        assert pending.call is not None
+        await pending.call.withdraw()
         await self._write(line)
 
     def _send(self, line: bytes) -> None:

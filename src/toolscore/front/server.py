@@ -356,9 +356,9 @@ def build_server(
         params: mcp_types.CallToolRequestParams,
         progress: ProgressFn | None,
         scope: CallScope,
-        raw_for: str | None = None,
+        keep_bytes: bool = False,
     ) -> CallOutcome:
-        """A downstream tool's call through the engine (`raw_for`: the hot path's, `front.fast`)."""
+        """A downstream tool's call through the engine (`keep_bytes`: the hot path's, `front.fast`)."""
         return await engine.execute(
             params.name,
             params.arguments,
@@ -366,7 +366,7 @@ def build_server(
             progress=progress,
             session_id=scope.caller,
             confirm=confirmer(ctx, params, scope.caller or "", sealer),
-            raw_for=raw_for,
+            keep_bytes=keep_bytes,
             scope=scope,
         )
 
@@ -414,13 +414,13 @@ def build_server(
         connection.exit_stack.callback(sessions.pop, id(connection), None)
 
     async def relay(
-        ctx: ServerRequestContext[Any], params: mcp_types.CallToolRequestParams, raw_for: str
+        ctx: ServerRequestContext[Any], params: mcp_types.CallToolRequestParams, version: str
     ) -> CallOutcome | mcp_types.CallToolResult | mcp_types.InputRequiredResult:
         if params.name == ORCHESTRATE:
             return await call_tool(ctx, params)  # a plan: the SDK path's own handler, in the same context
         # The hot path's passthrough call: the SDK path's, with the result kept as bytes.
-        with on_behalf_of(callers.identify(ctx), peer_for(ctx), raw_for) as scope:
-            return await passthrough(ctx, params, _progress_of(ctx), scope, raw_for)
+        with on_behalf_of(callers.identify(ctx), peer_for(ctx), version) as scope:
+            return await passthrough(ctx, params, _progress_of(ctx), scope, keep_bytes=True)
 
     def routed(name: str) -> bool:
         if name == ORCHESTRATE:
