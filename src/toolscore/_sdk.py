@@ -150,6 +150,9 @@ def request_context(
         params=params,
         request_id=request_id,
         meta=meta,
+        # The HTTP request of the template (a session's `notifications/initialized`): what the front
+        # learned of its client there (the principal, `toolscore.front.callers`) holds for the session.
+        request=template.request,
     )
 
 

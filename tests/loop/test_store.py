@@ -11,7 +11,7 @@ from mcp import Client
 from tests.conftest import text
 from tests.fixtures.scripted_model import scripted_model
 from tests.loop.conftest import loop_gateway
-from toolscore.loop.store import EpisodeDB, episode_from_dict, episode_to_dict
+from toolscore.loop.store import EpisodeDB, episode_from_dict, episode_to_dict, owner_of
 from toolscore.plan.run import Episode, StepRecord
 
 pytestmark = pytest.mark.anyio
@@ -95,3 +95,12 @@ async def test_orchestrate_continues_a_delegated_task(tmp_path: Path) -> None:
                 "orchestrate", {"plan": '<fx><echo>{"text": "${found.text}!"}</echo></fx>', "episode": episode}
             )
     assert "from the task!" in text(more)
+
+
+def test_a_principal_owns_the_episodes_of_its_sessions_and_a_bare_connection_its_id() -> None:
+    # A session a principal opened (`principal:<name>/c<n>`) stores under the principal: another
+    # principal's session on another replica never restores it; without a principal the id is the key.
+    assert owner_of("principal:alice") == "principal:alice"
+    assert owner_of("principal:alice/c7") == "principal:alice"
+    assert owner_of("principal:bob/c7") != owner_of("principal:alice/c7")
+    assert owner_of("c7") == owner_of("c8") == "connection"

@@ -1,8 +1,9 @@
-"""Two gateway replicas sharing a redis-server, with a token per principal: a stateless
-(2026-07-28) request's episode moves across replicas for its own principal, never to another one.
+"""Two gateway replicas sharing a redis-server, with a token per principal: an episode moves
+across replicas for its own principal, never to another one, in both eras.
 
 Before, every stateless request was one caller (`principal:bearer`): a client holding another
-token read a live episode on the other replica by its id.
+token read a live episode on the other replica by its id; and a handshake-era session's episodes
+were stored as "any connection's", so any client presenting the id read them there.
 """
 
 from __future__ import annotations
@@ -71,10 +72,12 @@ async def _orchestrate(session: Client, plan: str, episode: str | None = None) -
     return await session.call_tool("orchestrate", arguments)
 
 
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
 async def test_an_episode_id_from_one_principal_is_not_readable_by_another_on_the_other_replica(
-    replicas: tuple[Replica, Replica],
+    replicas: tuple[Replica, Replica], mode: str
 ) -> None:
-    mode = "auto"  # each request stands alone: only its token says whose episode it may read
+    # auto: each request stands alone, only its token says whose episode it may read; legacy: a
+    # session, whose caller on the other replica is a new connection of the same principal.
     a, b = replicas
     async with client(a.url, ALICE, mode) as alice_on_a:
         first = await _orchestrate(alice_on_a, SECRET_PLAN)

@@ -4,7 +4,10 @@ Per-client state (plan episodes, rate-limit buckets of scope `session`, per-clie
 instances) is keyed by this identity, so one client can neither read nor evict another's.
 
 - A client on a channel that lasts (stdio in either era, a handshake-era HTTP session) is one
-  caller for as long as the channel lives; the identity is a fresh counter value, never reused.
+  caller for as long as the channel lives; the identity is a fresh counter value, never reused
+  (`c<n>`), under the principal that opened the session where the HTTP front authenticated it
+  (`principal:<name>/c<n>`), so what is stored of it beyond the session (plan episodes, on
+  another replica or after a restart) stays that principal's (`toolscore.loop.store.owner_of`).
 - A 2026-07-28 HTTP request stands alone (no session exists in that era): its caller is the
   authenticated principal the HTTP front recorded for the request (see `_http_auth`), or
   `anonymous` on an unauthenticated loopback bind, where every local client is equally trusted.
@@ -57,7 +60,10 @@ class Callers:
             anchor = connection.outbound
             caller = self._ids.get(anchor)
             if caller is None:
-                caller = f"c{next(self._counter)}"
+                principal = _principal(ctx)
+                caller = (
+                    f"c{next(self._counter)}" if principal is None else f"principal:{principal}/c{next(self._counter)}"
+                )
                 self._ids[anchor] = caller
                 weakref.finalize(anchor, self._gone, caller)
                 if ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
@@ -66,9 +72,7 @@ class Callers:
                     # collected (something may hold it for minutes: the session's instance did).
                     connection.exit_stack.callback(self._gone, caller)
             return caller
-        request = ctx.request
-        scope = getattr(request, "scope", None)
-        principal = scope.get(PRINCIPAL_SCOPE_KEY) if isinstance(scope, dict) else None
+        principal = _principal(ctx)
         return f"principal:{principal}" if principal else ANONYMOUS_CALLER
 
     def _gone(self, caller: str) -> None:
@@ -84,3 +88,10 @@ class Callers:
                     listener(caller)
                 except Exception:  # one broken listener must not keep the others from cleaning up
                     log.exception("caller cleanup failed", caller=caller)
+
+
+def _principal(ctx: ServerRequestContext[Any]) -> str | None:
+    """The principal the HTTP front authenticated this request as (None: no tokens, or stdio)."""
+    scope = getattr(ctx.request, "scope", None)
+    principal = scope.get(PRINCIPAL_SCOPE_KEY) if isinstance(scope, dict) else None
+    return principal if isinstance(principal, str) and principal else None

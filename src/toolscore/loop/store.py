@@ -6,11 +6,12 @@ finds nothing. Expired records are invisible at once and deleted by `purge` (run
 Plan episodes (`toolscore.plan.run.Episode`) are stored as their step values, which is all that
 references into them read; the raw MCP results are not kept.
 
-Owners: an HTTP principal (its stateless requests) owns its episodes across restarts and
-replicas: another principal never gets them, whatever id it presents. A per-connection caller's
-identity dies with its connection (and the numbering restarts with the gateway), so its episodes
-are stored under "connection": there the random 128-bit episode id is what grants access, as it
-is the only thing a later connection can present. An episode that another caller holds in memory
+Owners: an HTTP principal owns its episodes (those of its stateless requests and of the
+handshake-era sessions it opened) across restarts and replicas: another principal never gets
+them, whatever id it presents. A connection with no principal (stdio, an HTTP front without
+tokens) has an identity that dies with it (and the numbering restarts with the gateway), so its
+episodes are stored under "connection": there the random 128-bit episode id is what grants
+access, as it is the only thing a later connection can present. An episode that another caller holds in memory
 is never restored for a second one: the id moves an episode across a restart or a replica, never
 away from a client that is still using it.
 """
@@ -172,8 +173,11 @@ def episode_from_dict(data: dict[str, Any]) -> Episode:
 
 
 def owner_of(caller: str) -> str:
-    """Whom a caller's episodes belong to in the store (see the module docstring)."""
-    return caller if caller.startswith("principal:") else "connection"
+    """Whom a caller's episodes belong to in the store (see the module docstring): its principal
+    (`principal:<name>`, also for a session it opened, `principal:<name>/c<n>`), else "connection"."""
+    if caller.startswith("principal:"):
+        return caller.partition("/")[0]
+    return "connection"
 
 
 class DurableEpisodes:
