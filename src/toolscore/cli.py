@@ -1,4 +1,4 @@
-"""The `toolscore` command: serve, check, tools, call, audit, trajectories.
+"""The `toolscore` command: serve, check, tools, call, install, audit, trajectories, import, register, doctor.
 
 Start-up time matters here (a client spawns `toolscore serve` and waits for it): this module
 imports only what parsing the command line and the config needs. `serve` starts the stdio
@@ -41,6 +41,8 @@ EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE
 """What a shell reports for a command killed by SIGPIPE (`toolscore tools | head -1`)."""
 ONE_SHOT = ("check", "tools", "call")
 """Commands that start the servers, report once and stop."""
+CLIENT_COMMANDS = ("import", "register", "doctor")
+"""Commands about the MCP clients' own configuration files (`toolscore.clients`)."""
 UVLOOP_ENV = "TOOLSCORE_UVLOOP"
 """`0`: `serve` runs on the standard asyncio loop even where uvloop is installed."""
 
@@ -151,6 +153,10 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument("--solved-only", action="store_true", help="only episodes that ended with an answer")
     export.add_argument("--file", type=Path, help="the trajectory file (default: from the config)")
     export.add_argument("-o", "--output", type=Path, help="write here (default: stdout)")
+
+    from toolscore.clients.commands import add_parsers
+
+    add_parsers(sub, common)  # import, register, doctor
     return parser
 
 
@@ -573,6 +579,11 @@ def _configure_logging(args: argparse.Namespace) -> None:
 
 
 def _command(args: argparse.Namespace) -> int:
+    if args.command in CLIENT_COMMANDS:  # they read the clients' files; servers.json may not exist yet
+        from toolscore.clients.commands import run
+
+        _configure_logging(args)
+        return run(args, out=print, err=lambda line: print(line, file=sys.stderr))
     config = _load(args)
     if config is None:
         return EXIT_CONFIG

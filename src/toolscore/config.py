@@ -35,6 +35,7 @@ import structlog
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
+from toolscore._envfile import env_file_for, read_env_file
 from toolscore._json import JsonPath, format_path, map_strings_at
 from toolscore.errors import ConfigError
 
@@ -745,10 +746,10 @@ def parse_config(data: Any, *, source: str | None = None, env: Mapping[str, str]
 
 
 def load_config(path: str | os.PathLike[str], *, env: Mapping[str, str] | None = None) -> Config:
-    """Read and validate a servers.json file.
+    """Read and validate a servers.json file, with the variables of its env file (`servers.env`) beneath `env`.
 
     Raises:
-        ConfigError: the file is missing, is not JSON, or does not validate.
+        ConfigError: the file is missing, is not JSON, or does not validate; the env file is unsafe or malformed.
     """
     source = os.fspath(path)
     try:
@@ -759,7 +760,8 @@ def load_config(path: str | os.PathLike[str], *, env: Mapping[str, str] | None =
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ConfigError(f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}", path=source) from None
-    return parse_config(data, source=source, env=env)
+    stored = read_env_file(env_file_for(Path(source)))
+    return parse_config(data, source=source, env={**stored, **(os.environ if env is None else env)})
 
 
 def _user_dir(xdg_var: str, fallback: str) -> Path:
