@@ -7,6 +7,7 @@ ToolscoreError
 ├── InvalidArguments             the model's arguments fail the tool's inputSchema
 ├── Rejected                     a constraint hook refused the call: hook name + reason
 ├── CallTimeout                  the call ran past its deadline and was cancelled downstream
+├── InputRequired                not a failure: the call pauses for the client's input (one signal for all)
 ├── DownstreamError
 │   ├── DownstreamUnavailable    spawn / connect failed, the server is down or went away
 │   └── DownstreamProtocolError  the downstream answered with a JSON-RPC error or broke MCP
@@ -102,15 +103,36 @@ class Rejected(ToolscoreError):
 
 
 class InputRequired(ToolscoreError):
-    """Not a failure: the call waits for the user's answer, which a 2026-07-28 client gives by
-    retrying the call (an input-required result carrying `requests` and the sealed `state`)."""
+    """Not a failure: the call pauses for the client's input, the one way anything in the gateway
+    says so (its own yes/no question, a downstream's input-required result, the `delegate` loop's
+    turn for the client's model). A 2026-07-28 client answers by retrying the call; the front
+    answers the call with `answer()`: an input-required result carrying `requests` and `state`.
+    """
 
     kind = "input_required"
 
-    def __init__(self, requests: dict[str, Any], state: str) -> None:
+    def __init__(
+        self, requests: dict[str, Any], state: str = "", *, result: mcp_types.InputRequiredResult | None = None
+    ) -> None:
         self.requests = requests
+        """The input requests, by the key the client answers each under."""
         self.state = state
+        """The request state the retry carries back (sealed or an id; empty until its owner sets it)."""
+        self._result = result
         super().__init__("the call waits for the user's answer")
+
+    @classmethod
+    def passing(cls, result: mcp_types.InputRequiredResult) -> InputRequired:
+        """A downstream's input-required result, to go back to the client unchanged."""
+        return cls(dict(result.input_requests or {}), result.request_state or "", result=result)
+
+    def answer(self) -> mcp_types.InputRequiredResult:
+        """The client's answer to the paused call."""
+        if self._result is not None:
+            return self._result
+        import mcp_types
+
+        return mcp_types.InputRequiredResult(input_requests=self.requests, request_state=self.state)
 
 
 class CallTimeout(ToolscoreError):

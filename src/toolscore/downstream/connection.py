@@ -49,11 +49,11 @@ from toolscore.config import ServerConfig
 from toolscore.downstream import spawn
 from toolscore.downstream.breaker import Breaker, BreakerState
 from toolscore.downstream.catalog import ServerLists
-from toolscore.downstream.modern import ModernLink, RelayedError, RelayedInputRequired
+from toolscore.downstream.modern import ModernLink, RelayedError
 from toolscore.downstream.raw import ConnectionLost, RawChannel, RawResult, Sent
 from toolscore.downstream.relay import Peer, attribute, no_peer_error, unattributable_error
 from toolscore.downstream.transports import Transport
-from toolscore.errors import DownstreamProtocolError, DownstreamUnavailable
+from toolscore.errors import DownstreamProtocolError, DownstreamUnavailable, InputRequired
 from toolscore.scope import CallScope
 from toolscore.telemetry import tracing
 from toolscore.types import Arguments, ProgressFn
@@ -522,7 +522,7 @@ class Downstream:
                 del raw["_meta"]
         try:
             if raw.get("resultType") == "input_required":
-                raise RelayedInputRequired(mcp_types.InputRequiredResult.model_validate(raw, by_name=False))
+                raise InputRequired.passing(mcp_types.InputRequiredResult.model_validate(raw, by_name=False))
             return result_type.model_validate(raw, by_name=False)
         except ValidationError:
             raise DownstreamProtocolError(
@@ -626,8 +626,8 @@ class Downstream:
             if raw is not None:
                 try:
                     return self._parse(raw, result_type, what)
-                except RelayedInputRequired as asked:
-                    return asked.result
+                except InputRequired as asked:
+                    return asked.answer()
         async with self._exchange(what, scope, gated=gated) as session:
             return await session.send_request(request, result_type)
 

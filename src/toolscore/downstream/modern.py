@@ -40,9 +40,9 @@ from mcp.shared.message import SessionMessage
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from toolscore._sdk import ReadStream, WriteStream
-from toolscore.errors import DownstreamProtocolError, InputRequired
+from toolscore.errors import DownstreamProtocolError
 
-__all__ = ["FrontCall", "ModernLink", "RelayedError", "RelayedInputRequired"]
+__all__ = ["FrontCall", "ModernLink", "RelayedError"]
 
 log = structlog.get_logger("toolscore.downstream")
 
@@ -71,14 +71,6 @@ class FrontCall:
         if self.request_state is not None:
             params["requestState"] = self.request_state
         return params
-
-
-class RelayedInputRequired(InputRequired):
-    """The downstream asks the client for input: its input-required result goes back unchanged."""
-
-    def __init__(self, result: mcp_types.InputRequiredResult) -> None:
-        self.result = result
-        super().__init__(dict(result.input_requests or {}), result.request_state or "")
 
 
 class RelayedError(DownstreamProtocolError):

@@ -26,7 +26,6 @@ from toolscore._sdk import connection_of
 from toolscore._version import __version__
 from toolscore.downstream.connection import Downstream
 from toolscore.downstream.hub import DownstreamHub
-from toolscore.downstream.modern import RelayedInputRequired
 from toolscore.downstream.registry import Route
 from toolscore.downstream.relay import on_behalf_of
 from toolscore.errors import DownstreamProtocolError, InputRequired, Rejected
@@ -268,10 +267,8 @@ def build_server(
             # The downstream's requests and logs go back to this client while the call lasts.
             with on_behalf_of(caller, peer_for(ctx), ctx.protocol_version) as scope:
                 answer = await own_or_passthrough(ctx, params, progress, scope)
-        except RelayedInputRequired as asked:  # the server's question, passed back unchanged
-            return asked.result
-        except InputRequired as asked:  # 2026-07-28: the question goes back with the result
-            return mcp_types.InputRequiredResult(input_requests=asked.requests, request_state=asked.state)
+        except InputRequired as asked:  # 2026-07-28: the question goes back as the call's result
+            return asked.answer()
         except Exception:
             log.exception("internal error", tool=params.name)
             return error_result(f"Error executing tool {params.name}: internal gateway error (see the gateway log).")

@@ -25,13 +25,13 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import anyio
-import mcp_types
 
 from toolscore._tokens import tokens_for_chars
+from toolscore.errors import InputRequired
 from toolscore.loop.contract import STOP_SEQUENCES, action_prompt, reminder, task_message
 from toolscore.loop.execute import PlanContext, TurnCalls
 from toolscore.loop.limits import Budget, Limits, StopReason, describe
-from toolscore.loop.models import Message, ModelClient, ModelError, ModelReply, NeedsInput
+from toolscore.loop.models import Message, ModelClient, ModelError, ModelReply
 from toolscore.loop.scan import Item, ItemScanner
 from toolscore.loop.stops import TurnEnd, classify, strip_think
 from toolscore.loop.store import episode_from_dict, episode_to_dict
@@ -59,8 +59,9 @@ class TaskOutcome:
     result_bytes: int
     error: str | None = None
     messages: list[Message] = field(default_factory=list)
-    pending: mcp_types.CreateMessageRequest | None = None
-    """Set when the loop paused for the client's model (2026-07-28 sampling): ask it this."""
+    pending: dict[str, Any] | None = None
+    """Set when the loop paused for the client's model (2026-07-28 sampling): the input requests
+    to ask it (the sampling request under `MODEL_TURN`)."""
     state: LoopState | None = None
     """The paused loop, to resume with the client's answer."""
 
@@ -198,8 +199,8 @@ class AgentLoop:
                 await self._turns(state, outcome)
             if wall.cancelled_caught:
                 outcome.stop_reason = "wall_time"
-        except NeedsInput as need:
-            outcome.pending, outcome.state = need.request, state
+        except InputRequired as need:  # the client's model takes this turn (`InputRequiredModel`)
+            outcome.pending, outcome.state = need.requests, state
             outcome.turns, outcome.tokens, outcome.result_bytes = budget.turns, budget.tokens, budget.result_bytes
             return outcome
         except anyio.get_cancelled_exc_class():
@@ -320,7 +321,7 @@ class AgentLoop:
         self._event("turn_start", None)
         first_token: float | None = None
         reply: ModelReply | None = None
-        failure: ModelError | NeedsInput | None = None
+        failure: ModelError | InputRequired | None = None
         async with anyio.create_task_group() as tg:
             calls = TurnCalls(
                 self._ctx,
@@ -374,7 +375,7 @@ class AgentLoop:
                         max_tokens=self._limits.max_tokens_per_turn,
                         on_text=on_text,
                     )
-                except (ModelError, NeedsInput) as exc:
+                except (ModelError, InputRequired) as exc:
                     # Raised after the task group, or it would arrive wrapped in an exception group.
                     failure = exc
                     tg.cancel_scope.cancel()

@@ -17,16 +17,16 @@ import mcp_types
 from mcp import MCPError
 
 from toolscore._tokens import tokens_for_chars
-from toolscore.errors import ToolscoreError
+from toolscore.errors import InputRequired, ToolscoreError
 
 __all__ = [
+    "MODEL_TURN",
     "AnthropicModel",
     "InputRequiredModel",
     "Message",
     "ModelClient",
     "ModelError",
     "ModelReply",
-    "NeedsInput",
     "OpenAICompatibleModel",
     "SamplingModel",
     "SendRequest",
@@ -137,18 +137,14 @@ class SamplingModel:
         return await _sampled(result, system, messages, on_text)
 
 
-class NeedsInput(Exception):
-    """The model's turn must come from the client: answer the call with this request."""
-
-    def __init__(self, request: mcp_types.CreateMessageRequest) -> None:
-        super().__init__("input required")
-        self.request = request
+MODEL_TURN = "turn"
+"""The key of the model's turn among a paused `delegate` call's input requests (and its answer)."""
 
 
 class InputRequiredModel:
     """The front client's own model in the 2026-07-28 era, one turn per round trip.
 
-    The server cannot send requests there: `reply` raises `NeedsInput` with the sampling request,
+    The server cannot send requests there: `reply` raises `InputRequired` with the sampling request,
     the tool call is answered with an input-required result carrying it, and the client retries
     the call with the model's answer, which the resumed loop gets as `supplied`.
     """
@@ -163,7 +159,7 @@ class InputRequiredModel:
     ) -> ModelReply:
         supplied, self._supplied = self._supplied, None
         if supplied is None:
-            raise NeedsInput(_sampling_request(system, messages, stop, max_tokens))
+            raise InputRequired({MODEL_TURN: _sampling_request(system, messages, stop, max_tokens)})
         return await _sampled(supplied, system, messages, on_text)
 
 

@@ -48,8 +48,6 @@ _ANTHROPIC = "https://api.anthropic.com"
 _MAX_TASK = 64 * 1024
 _PENDING = "pending"
 """Store kind of tasks paused for the client's model (2026-07-28 sampling)."""
-_TURN = "turn"
-"""The key of the model's turn in our input-required results."""
 
 _SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -315,7 +313,7 @@ class Delegator:
     ) -> mcp_types.CallToolResult | mcp_types.InputRequiredResult:
         """Go on with a paused task: the client's model has answered the turn we asked for."""
         from toolscore.loop.agent import AgentLoop, LoopState
-        from toolscore.loop.models import InputRequiredModel
+        from toolscore.loop.models import MODEL_TURN, InputRequiredModel
         from toolscore.loop.store import owner_of
 
         owner = owner_of(caller or "")
@@ -327,9 +325,9 @@ class Delegator:
             data = None
         if data is None:
             return error_result("this task's requestState is unknown or has expired: call delegate again without it")
-        answer = (input_responses or {}).get(_TURN)
+        answer = (input_responses or {}).get(MODEL_TURN)
         if answer is None:
-            return error_result(f"the retried call has no inputResponses['{_TURN}'] (the model's turn)")
+            return error_result(f"the retried call has no inputResponses['{MODEL_TURN}'] (the model's turn)")
         limits = Limits(**data["limits"])
         allowed = frozenset(data["servers"]) if data["servers"] is not None else None
         loop = AgentLoop(
@@ -369,7 +367,7 @@ class Delegator:
                 "state": outcome.state.to_dict(),
             }
             await self.store.put(_PENDING, ident, owner, paused)
-            return mcp_types.InputRequiredResult(input_requests={_TURN: outcome.pending}, request_state=ident)
+            return mcp_types.InputRequiredResult(input_requests=outcome.pending, request_state=ident)
         # The task's steps stay referenceable: `orchestrate` with this episode id continues from them.
         await self.store.put("plan", outcome.episode.id, owner, episode_to_dict(outcome.episode))
         await self.store.put(
