@@ -161,6 +161,7 @@ class _Object:
 
     def __init__(self, text: str, cleaned: str, open_at: int) -> None:
         self.text = text
+        self.cleaned = cleaned
         self.open_at = open_at
         self.members, self.close_at = _members(cleaned, open_at)
         base = _line_indent(text, open_at)
@@ -187,8 +188,18 @@ class _Object:
         text = self.text
         if self.members:
             at = self.members[-1].value_end
-            gap = " " if self.inline else "\n" + self.indent
-            return text[:at] + "," + gap + self.rendered(key, value) + text[at:]
+            if self.inline:
+                return text[:at] + ", " + self.rendered(key, value) + text[at:]
+            # After the last member's line, so a comment at its end stays on it.
+            line_end = text.find("\n", at)
+            line_end = len(text) if line_end < 0 else line_end
+            tail = self.cleaned[at:line_end]
+            if tail.strip() not in ("", ","):
+                return text[:at] + ",\n" + self.indent + self.rendered(key, value) + text[at:]
+            # Read the comma from the text: cleaning blanks a trailing one.
+            comma = "" if text[at:line_end].lstrip().startswith(",") else ","
+            added = "\n" + self.indent + self.rendered(key, value)
+            return text[:at] + comma + text[at:line_end] + added + text[line_end:]
         inner = (
             " " + self.rendered(key, value) + " "
             if self.inline
