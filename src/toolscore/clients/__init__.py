@@ -1,4 +1,4 @@
-"""MCP clients' configuration files: `toolscore import`, `register` and `doctor` (docs/moving-in.md).
+"""MCP clients' configuration files: `toolscore import`, `register` and `doctor` (docs/configuration.md#client-files).
 
 locations.py   where each client keeps its file, per OS (pure)
 jsonc.py       JSON with comments, read and edited in place (pure)
