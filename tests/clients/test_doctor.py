@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.clients.conftest import write
-from tests.conftest import TOOLSCORE, fixture_entry, write_config
+from tests.conftest import TOOLSCORE, fixture_entry, free_port, http_gateway_process, write_config
 from toolscore.cli import main
 
 pytestmark = pytest.mark.e2e
@@ -88,3 +88,23 @@ def test_a_client_without_toolscore_or_without_a_file(home: Path, capsys: pytest
     assert f"{home / '.codeium' / 'windsurf' / 'mcp_config.json'}: Windsurf's file does not exist" in (
         capsys.readouterr().err
     )
+
+
+def test_an_http_entry_is_reached_at_its_address_and_a_dead_address_is_named(
+    home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = write_config(tmp_path, {"fx": fixture_entry(tmp_path)})
+    with http_gateway_process(config) as base:
+        url = base + "/mcp"
+        args = ["--client", "cursor", "--config", str(config), "--transport", "http", "--url", url]
+        assert main(["register", *args]) == 0
+        capsys.readouterr()
+        assert main(["doctor", "--client", "cursor"]) == 0
+        out = capsys.readouterr().out
+        assert f"connects to: {url}" in out
+        assert "connected: 19 tools" in out
+        assert "no problem found" in out
+    dead = f"http://127.0.0.1:{free_port()}/mcp"
+    assert main(["register", "--client", "cursor", "--config", str(config), "--transport", "http", "--url", dead]) == 0
+    assert main(["doctor", "--client", "cursor", "--timeout", "30"]) == 1
+    assert f"first problem: nothing answers as an MCP server at {dead}" in capsys.readouterr().out
