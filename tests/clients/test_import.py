@@ -12,6 +12,7 @@ import pytest
 
 from tests.clients.conftest import write
 from toolscore.cli import main
+from toolscore.clients.files import MAX_CLIENT_FILE_BYTES
 from toolscore.config import load_config
 
 GITHUB_PAT = "ghp_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8"
@@ -299,3 +300,13 @@ def test_a_secret_name_already_used_with_another_value_gets_the_server_prefix(ho
     assert _servers(Path("servers.json"))["maps"]["env"] == {"API_KEY": "${MAPS_API_KEY}"}
     assert Path("servers.env").read_text().splitlines()[-2:] == ["API_KEY=old-value", "MAPS_API_KEY=new-value"]
     assert load_config("servers.json", env={}).servers["maps"].env == {"API_KEY": "new-value"}
+
+
+def test_a_huge_client_file_is_refused_before_it_is_read(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = home / ".cursor" / "mcp.json"
+    path.parent.mkdir()
+    with path.open("wb") as fh:
+        fh.truncate(MAX_CLIENT_FILE_BYTES + 1)  # sparse: nothing is written to disk
+    assert _import("--from", "cursor") == 2
+    assert f"{path}: Cursor's file is larger than" in capsys.readouterr().err
+    assert os.listdir(".") == []

@@ -17,7 +17,7 @@ import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import Any, TextIO
 
 import anyio
 
@@ -100,7 +100,7 @@ def _check_argv(command: str, args: list[str]) -> list[str] | None:
 
 
 async def _connect_stdio(
-    command: str, args: list[str], env: dict[str, str], cwd: str | None, timeout: float, errlog: IO[str]
+    command: str, args: list[str], env: dict[str, str], cwd: str | None, timeout: float, errlog: TextIO
 ) -> int:
     """Start the entry as a client would and list the tools; their count."""
     from mcp import Client, StdioServerParameters
@@ -108,7 +108,7 @@ async def _connect_stdio(
 
     params = StdioServerParameters(command=command, args=args, env=env, cwd=cwd)
     with anyio.fail_after(timeout):
-        async with Client(stdio_client(params, errlog=errlog), mode="legacy") as client:  # type: ignore[arg-type]
+        async with Client(stdio_client(params, errlog=errlog), mode="legacy") as client:
             result = await client.list_tools()
             count = len(result.tools)
             while result.next_cursor is not None:
