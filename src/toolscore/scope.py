@@ -4,7 +4,7 @@ The front makes it once per request (or once per connection, for the express lan
 to the engine, which hands it to the hub and to the downstream connection the call is sent on.
 The connection keeps the scopes of its calls in flight: a server's own requests (sampling,
 elicitation, roots) and its log messages go to the client of those calls, and only when they are
-all one client's (`toolscore.downstream.relay.attribute`).
+all one client's (`toolscore.downstream.backchannel.attribute`).
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from toolscore.downstream.backchannel import Peer
     from toolscore.downstream.modern import FrontCall
-    from toolscore.downstream.relay import Peer
 
 __all__ = ["NO_CLIENT", "CallScope"]
 

@@ -47,11 +47,11 @@ from toolscore._sdk import (
 from toolscore._version import __version__
 from toolscore.config import ServerConfig
 from toolscore.downstream import spawn
+from toolscore.downstream.backchannel import Peer, attribute, no_peer_error, unattributable_error
 from toolscore.downstream.breaker import Breaker, BreakerState
 from toolscore.downstream.catalog import ServerLists
 from toolscore.downstream.modern import ModernLink, RelayedError
 from toolscore.downstream.raw import ConnectionLost, RawChannel, RawResult, Sent
-from toolscore.downstream.relay import Peer, attribute, no_peer_error, unattributable_error
 from toolscore.downstream.transports import Transport
 from toolscore.errors import DownstreamProtocolError, DownstreamUnavailable, InputRequired
 from toolscore.scope import CallScope

@@ -23,12 +23,12 @@ from anyio.abc import TaskGroup
 from mcp.server import Server
 
 from toolscore.config import Config, ServerConfig
+from toolscore.downstream.backchannel import Peer
 from toolscore.downstream.breaker import Verdict
 from toolscore.downstream.catalog import Catalog, build_catalog
 from toolscore.downstream.connection import Downstream, ServerState, ServerStatus
 from toolscore.downstream.raw import RawResult
 from toolscore.downstream.registry import Registry, Route, build_registry
-from toolscore.downstream.relay import Peer
 from toolscore.downstream.tasks import call_as_task, runs_as_task
 from toolscore.downstream.transports import MemoryTransport, Transport, transport_for
 from toolscore.errors import DownstreamUnavailable, Rejected, UsageError

@@ -28,11 +28,11 @@ from mcp.server.subscriptions import InMemorySubscriptionBus, PromptsListChanged
 
 from toolscore._engine import ToolExecutionEngine
 from toolscore._sdk import connection_of
+from toolscore.downstream.backchannel import Peer, on_behalf_of
 from toolscore.downstream.catalog import Catalog
 from toolscore.downstream.hub import DownstreamHub
 from toolscore.downstream.modern import FrontCall
 from toolscore.downstream.registry import Route
-from toolscore.downstream.relay import Peer, on_behalf_of
 from toolscore.errors import DownstreamProtocolError, DownstreamUnavailable, Rejected, ToolscoreError
 from toolscore.front.callers import Callers
 from toolscore.front.relaying import front_call_of

@@ -45,10 +45,10 @@ import structlog
 from anyio.abc import TaskGroup
 
 from toolscore._engine import ExecutionContext, ToolExecutionEngine
+from toolscore.downstream.backchannel import Peer
 from toolscore.downstream.connection import Downstream, SentCall
 from toolscore.downstream.raw import RawResult
 from toolscore.downstream.registry import Route
-from toolscore.downstream.relay import Peer
 from toolscore.errors import DownstreamProtocolError, DownstreamUnavailable
 from toolscore.front.fast import Job, encode_answer, internal_error
 from toolscore.scope import CallScope

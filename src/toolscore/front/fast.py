@@ -6,7 +6,7 @@ again; for a passthrough call that is most of what the gateway costs (docs/perfo
 stdio transport (`front.stdio`) hands each line to `FastCalls.take` first. A `tools/call` for a
 downstream tool, on a connection that completed the handshake at the latest handshake-era
 version, is decoded here in one msgspec pass and run through the same engine call as the SDK
-path (validation, policy, deadline, audit: `Relay`). The answer is written as bytes: the
+path (validation, policy, deadline, audit: `HotCall`). The answer is written as bytes: the
 downstream's result bytes spliced into the response envelope when the engine kept them
 (`CallOutcome.raw`), else the result model dumped and shaped for the connection's version as the
 SDK's runner does. An `orchestrate` call takes this path too: its plan runs through the SDK path's
@@ -53,11 +53,11 @@ if TYPE_CHECKING:
 
     from toolscore.front.express import ClientOut, ExpressLane
 
-__all__ = ["FastCalls", "Job", "Relay", "answer", "cancelled_id", "decode_call", "encode_answer", "internal_error"]
+__all__ = ["FastCalls", "HotCall", "Job", "answer", "cancelled_id", "decode_call", "encode_answer", "internal_error"]
 
 log = structlog.get_logger("toolscore.fast")
 
-Relay = Callable[
+HotCall = Callable[
     [ServerRequestContext[Any], mcp_types.CallToolRequestParams, str],
     Awaitable[CallOutcome | mcp_types.CallToolResult | mcp_types.InputRequiredResult],
 ]
@@ -156,7 +156,7 @@ def cancelled_id(data: bytes) -> int | str | None:
 
 
 async def answer(
-    relay: Relay,
+    call: HotCall,
     template: ServerRequestContext[Any],
     job: Job,
     *,
@@ -166,7 +166,7 @@ async def answer(
     """Run `job` through the engine in a context made from `template`, and its whole answer as bytes.
 
     Args:
-        relay: The front server's passthrough call.
+        call: The front server's passthrough call.
         template: The context of an earlier message of the same client connection (`request_context`).
         job: The call.
         end: Appended to the answer (a line's newline).
@@ -183,7 +183,7 @@ async def answer(
         # Validating (in Rust) costs a third of `model_construct` (Python), and the decoder checked the types.
         model = mcp_types.CallToolRequestParams(name=params.name, arguments=params.arguments)
         ctx = request_context(template, job.id, "tools/call", {"name": params.name}, meta, on_send=on_send)
-        outcome = await relay(ctx, model, version)
+        outcome = await call(ctx, model, version)
     except Exception:  # the same boundary as the SDK path's (`front.server`)
         outcome = internal_error(params.name)
     return encode_answer(job.id, params.name, outcome, version, end)
@@ -224,13 +224,13 @@ class FastCalls:
 
     def __init__(
         self,
-        relay: Relay,
+        call: HotCall,
         *,
         serves: Callable[[str], bool],
         lane_for: Callable[[ServerRequestContext[Any]], ExpressLane | None] | None = None,
     ) -> None:
         """Args:
-        relay: The front server's passthrough call.
+        call: The front server's passthrough call.
         serves: Whether the hot path takes a tool: a downstream tool, or `orchestrate` (its
             plan runs as on the SDK path; only the request and the answer skip the models).
         lane_for: The express lane (`front.express`) for the client whose handshake ends with
@@ -238,7 +238,7 @@ class FastCalls:
         """
         self._lane_for = lane_for
         self._lane: ExpressLane | None = None
-        self.relay = relay
+        self.call = call
         """The front server's passthrough call (the HTTP front's hot path uses it too)."""
         self.serves = serves
         """Whether the hot path takes a tool (see `__init__`)."""
@@ -335,7 +335,7 @@ class FastCalls:
             return
         with scope:
             try:
-                line = await answer(self.relay, template, job, end=b"\n")
+                line = await answer(self.call, template, job, end=b"\n")
             finally:
                 del self._running[job.id]  # its own: no other job with this id got past `take`
         if scope.cancelled_caught:

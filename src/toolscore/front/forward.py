@@ -27,9 +27,9 @@ from mcp.shared.message import ServerMessageMetadata
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from toolscore._sdk import connection_of
+from toolscore.downstream.backchannel import Peer, no_peer_error
 from toolscore.downstream.connection import ServerState
 from toolscore.downstream.hub import DownstreamHub
-from toolscore.downstream.relay import Peer, no_peer_error
 from toolscore.scope import NO_CLIENT
 
 __all__ = ["FrontPeer", "LogLevels", "install_logging", "install_roots"]

@@ -53,7 +53,7 @@ from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from toolscore._sdk import HttpSession, RequestStream, connection_of, http_session
-from toolscore.front.fast import Job, Relay, answer, cancelled_id, decode_call
+from toolscore.front.fast import HotCall, Job, answer, cancelled_id, decode_call
 from toolscore.telemetry import tracing
 
 __all__ = ["HttpCalls"]
@@ -82,20 +82,20 @@ class HttpCalls:
         self,
         app: ASGIApp,
         *,
-        relay: Relay,
+        call: HotCall,
         serves: Callable[[str], bool],
         manager: StreamableHTTPSessionManager,
         max_body: int,
     ) -> None:
         """Args:
         app: The SDK's streamable HTTP app.
-        relay: The front server's call for the hot path (`front.fast.Relay`).
+        call: The front server's call for the hot path (`front.fast.HotCall`).
         serves: Whether the hot path takes a tool: a downstream tool, or `orchestrate`.
         manager: The app's session manager.
         max_body: The largest request body; a larger one goes to the SDK, which refuses it.
         """
         self._app = app
-        self._relay = relay
+        self._call = call
         self._serves = serves
         self._manager = manager
         self._max_body = max_body
@@ -197,7 +197,7 @@ class HttpCalls:
             with anyio.CancelScope() as cancel:
                 self._running[(session_id, key)] = cancel
                 try:
-                    result = await answer(self._relay, template, job, on_send=note)
+                    result = await answer(self._call, template, job, on_send=note)
                 finally:
                     del self._running[(session_id, key)]
             if cancel.cancelled_caught:  # the client's notifications/cancelled

@@ -164,7 +164,7 @@ def http_app(
     if server.fast is not None:
         server.http_calls = HttpCalls(
             app,
-            relay=server.fast.relay,
+            call=server.fast.call,
             serves=server.fast.serves,
             manager=server.session_manager,
             max_body=max_request_bytes,

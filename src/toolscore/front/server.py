@@ -24,10 +24,10 @@ from toolscore._engine import CallOutcome, ConfirmFn, ToolExecutionEngine, error
 from toolscore._json import scrub_unpaired_surrogates
 from toolscore._sdk import connection_of
 from toolscore._version import __version__
+from toolscore.downstream.backchannel import on_behalf_of
 from toolscore.downstream.connection import Downstream
 from toolscore.downstream.hub import DownstreamHub
 from toolscore.downstream.registry import Route
-from toolscore.downstream.relay import on_behalf_of
 from toolscore.errors import DownstreamProtocolError, InputRequired, Rejected
 from toolscore.front.callers import Callers
 from toolscore.front.catalog import install_catalog
@@ -410,7 +410,7 @@ def build_server(
             server.http_calls.attach(ctx)
         connection.exit_stack.callback(sessions.pop, id(connection), None)
 
-    async def relay(
+    async def hot_call(
         ctx: ServerRequestContext[Any], params: mcp_types.CallToolRequestParams, version: str
     ) -> CallOutcome | mcp_types.CallToolResult | mcp_types.InputRequiredResult:
         if params.name == ORCHESTRATE:
@@ -450,7 +450,7 @@ def build_server(
             peer=peer_for(ctx),
         )
 
-    server.fast = FastCalls(relay, serves=routed, lane_for=lane_for)
+    server.fast = FastCalls(hot_call, serves=routed, lane_for=lane_for)
     server.add_notification_handler("notifications/initialized", mcp_types.NotificationParams, on_initialized)
     server.available = hub.capable
     install_logging(server, hub, levels)

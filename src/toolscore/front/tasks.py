@@ -35,9 +35,9 @@ from mcp.server.context import CallNext, HandlerResult
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from toolscore._engine import ToolExecutionEngine
+from toolscore.downstream.backchannel import on_behalf_of
 from toolscore.downstream.hub import DownstreamHub
 from toolscore.downstream.registry import Route
-from toolscore.downstream.relay import on_behalf_of
 from toolscore.downstream.tasks import CREATED_TASK_META_KEY, tool_result
 from toolscore.errors import DownstreamProtocolError, Rejected, ToolscoreError
 from toolscore.front.callers import Callers
@@ -195,7 +195,7 @@ def install_tasks(
 
     server.middleware.append(task_calls)
 
-    async def relay(ctx: ServerRequestContext[Any], method: str, task_id: str) -> dict[str, Any]:
+    async def forward(ctx: ServerRequestContext[Any], method: str, task_id: str) -> dict[str, Any]:
         caller = callers.identify(ctx)
         name, own_id = routes.route(caller, task_id)
         if name == GATEWAY:
@@ -213,10 +213,10 @@ def install_tasks(
         return _renamed(raw, task_id)
 
     async def get_task(ctx: ServerRequestContext[Any], params: mcp_types.GetTaskRequestParams) -> dict[str, Any]:
-        return await relay(ctx, "tasks/get", params.task_id)
+        return await forward(ctx, "tasks/get", params.task_id)
 
     async def cancel_task(ctx: ServerRequestContext[Any], params: mcp_types.CancelTaskRequestParams) -> dict[str, Any]:
-        return await relay(ctx, "tasks/cancel", params.task_id)
+        return await forward(ctx, "tasks/cancel", params.task_id)
 
     async def task_result(
         ctx: ServerRequestContext[Any], params: mcp_types.GetTaskPayloadRequestParams
