@@ -208,11 +208,20 @@ def test_gemini_http_and_sse_addresses_millisecond_timeouts_tool_lists_and_exclu
     assert config.servers["events"].transport == "sse"
 
 
-def test_claude_code_user_and_project_files_both_count(home: Path) -> None:
-    write(home / ".claude.json", {"numStartups": 3, "mcpServers": {"mem": {"type": "stdio", "command": "mem-server"}}})
+def test_claude_code_user_local_and_project_scopes_all_count(home: Path) -> None:
+    local = {"mcpServers": {"db": {"command": "db-server"}}}
+    elsewhere = {"mcpServers": {"not-here": {"command": "other-project-server"}}}
+    write(
+        home / ".claude.json",
+        {
+            "numStartups": 3,
+            "mcpServers": {"mem": {"type": "stdio", "command": "mem-server"}},
+            "projects": {str(Path.cwd()): local, "/some/other/project": elsewhere},
+        },
+    )
     write(Path(".mcp.json"), {"mcpServers": {"api": {"type": "http", "url": "https://x.example/mcp"}}})
     assert _import("--from", "claude-code", "--into", "servers.json") == 0
-    assert sorted(_servers(Path("servers.json"))) == ["api", "mem"]
+    assert sorted(_servers(Path("servers.json"))) == ["api", "db", "mem"]
 
 
 def test_a_file_path_is_read_in_its_clients_format(home: Path, tmp_path: Path) -> None:

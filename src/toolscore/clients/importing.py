@@ -76,6 +76,13 @@ def servers_json(into: Path) -> tuple[str, dict[str, Any], str]:
     return text, servers, key
 
 
+def _claude_code_local(document: Document, cwd: Path) -> dict[str, Any]:
+    """Claude Code's local scope (its default): `projects[<this folder>].mcpServers` in `~/.claude.json`."""
+    projects = document.data.get("projects") if document.client.name == "claude-code" else None
+    project = projects.get(str(cwd)) if isinstance(projects, dict) else None
+    return project if isinstance(project, dict) else {}
+
+
 def _valid(item: Imported, into: Path, variables: Mapping[str, str], lines: list[str]) -> bool:
     """Whether servers.json's schema takes the entry; if not, a line says why and it is left out."""
     try:
@@ -107,12 +114,13 @@ def import_servers(
     outcome = ImportOutcome()
     imported: list[Imported] = []
     for document in documents:
-        try:
-            items, notes = read_entries(document.client, document.data)
-        except ValueError as exc:
-            raise ConfigError(str(exc), path=str(document.path)) from None
-        outcome.lines.extend(notes)
-        imported.extend(items)
+        for data in (document.data, _claude_code_local(document, cwd)):
+            try:
+                items, notes = read_entries(document.client, data)
+            except ValueError as exc:
+                raise ConfigError(str(exc), path=str(document.path)) from None
+            outcome.lines.extend(notes)
+            imported.extend(items)
     suffix = source if source in CLIENTS else documents[0].client.name
     merge = merge_servers(existing, imported, suffix=suffix, stored=stored, environ=env)
     outcome.lines.extend(merge.notes)
