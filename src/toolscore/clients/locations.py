@@ -111,6 +111,7 @@ _PROJECT_FILES = {
     "cursor": (".cursor", "mcp.json"),
     "vscode": (".vscode", "mcp.json"),
     "gemini": (".gemini", "settings.json"),
+    "codex": (".codex", "config.toml"),  # read by Codex in a project it trusts
 }
 """The file a project (the current folder) may hold, for the clients that read one."""
 
