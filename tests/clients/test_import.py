@@ -319,3 +319,16 @@ def test_a_huge_client_file_is_refused_before_it_is_read(home: Path, capsys: pyt
     assert _import("--from", "cursor") == 2
     assert f"{path}: Cursor's file is larger than" in capsys.readouterr().err
     assert os.listdir(".") == []
+
+
+def test_an_unknown_client_name_lists_the_known_ones(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert _import("--from", "claude") == 2
+    assert "'claude' is neither a known client (claude-desktop, claude-code, cursor," in capsys.readouterr().err
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads any file")
+def test_a_file_without_read_permission_is_named(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write(home / ".cursor" / "mcp.json", {"mcpServers": {}})
+    path.chmod(0)
+    assert _import("--from", "cursor") == 2
+    assert f"{path}: cannot read Cursor's file (Permission denied)" in capsys.readouterr().err

@@ -54,7 +54,9 @@ def source_documents(source: str, *, env: Mapping[str, str], platform: str, cwd:
     path = Path(source).expanduser()
     if not path.is_absolute():
         path = cwd / path
-    text = read_client_file(path, title="the")
+    if not path.exists() and not path.is_symlink() and "/" not in source and os.sep not in source:
+        raise ConfigError(f"'{source}' is neither a known client ({', '.join(CLIENTS)}) nor a file")
+    text = read_client_file(path, title="the client")
     return [parse_document(path, client_for_file(path, text), text)]
 
 
