@@ -230,3 +230,19 @@ def test_a_symlinked_client_file_is_written_through_to_its_target(
     assert link.is_symlink()
     assert "toolscore" in json.loads(target.read_text())["mcpServers"]
     assert _backups(target) != []
+
+
+def test_registering_again_keeps_the_earlier_entrys_environment_and_folder(
+    home: Path, servers_json: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    earlier = {"command": "/old/toolscore", "args": ["serve"], "env": {"TOOLSCORE_SEARCH_ROOT": "/src"}, "cwd": "/w"}
+    path = write(home / CLAUDE, {"mcpServers": {"my-gateway": earlier}})
+    assert _register("--client", "claude-desktop", "--config", "servers.json") == 0
+    assert json.loads(path.read_text())["mcpServers"] == {
+        "toolscore": {
+            "command": TOOLSCORE,
+            "args": ["serve", "--config", str(servers_json)],
+            "env": {"TOOLSCORE_SEARCH_ROOT": "/src"},
+            "cwd": "/w",
+        }
+    }

@@ -28,6 +28,8 @@ __all__ = ["DEFAULT_URL", "Registration", "register", "this_installation", "undo
 
 DEFAULT_URL = "http://127.0.0.1:8765/mcp"
 """Where `toolscore serve --transport http` listens by default."""
+_KEPT = ("env", "cwd")
+"""Keys of an earlier stdio entry of toolscore's that registering again keeps."""
 
 
 @dataclass(slots=True)
@@ -85,8 +87,14 @@ def register(
         raise ConfigError(str(exc), path=str(path)) from None
     document = read_document(path, client, missing_ok=True)
     outcome = Registration()
-    own = [name for name, raw in document.servers.items() if is_toolscore(name, raw) and name != TOOLSCORE]
-    changes: dict[str, Any] = dict.fromkeys(own)  # an older entry of ours under another name goes
+    ours = {name: raw for name, raw in document.servers.items() if is_toolscore(name, raw)}
+    changes: dict[str, Any] = dict.fromkeys(n for n in ours if n != TOOLSCORE)  # an older entry of ours goes
+    if transport == "stdio":
+        # What the person added to an earlier entry (TOOLSCORE_SEARCH_ROOT, a working folder) stays.
+        for key in _KEPT:
+            kept = next((raw[key] for raw in ours.values() if key in raw), None)
+            if kept is not None:
+                entry[key] = kept
     changes[TOOLSCORE] = entry
     if replace_imported:
         held = servers_json(config)[1]  # as written: references unexpanded
