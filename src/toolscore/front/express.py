@@ -25,10 +25,8 @@ or the server's connection ends, the call ends as it does on the hot path: the s
 the audit record says the same. While the call lasts, the client is the server's peer for its
 requests and logs, as on the hot path.
 
-A call goes to the hot path instead when anything about it needs more: `_meta` (a progress
-token), a server whose connection is not a stdio pipe at the client's version, a server isolated
-per session, a tool that requires a task, a breaker that is not closed, arguments that fail
-their schema, and every call while a hook is installed (`hookless`) or tracing is on.
+A call goes to the hot path instead when anything about it needs more: the rules are in
+`toolscore.front.lanes`.
 """
 
 from __future__ import annotations
@@ -58,9 +56,9 @@ __all__ = ["ClientOut", "ExpressLane", "Resolve"]
 log = structlog.get_logger("toolscore.express")
 _Args = TypeVarTuple("_Args")
 
-Resolve = Callable[[str], tuple[Route, Downstream] | None]
-"""The route of a public tool name and the connection every client shares to its server, when a
-call of it may go express (a plain passthrough tool, not run as a task); else None."""
+Resolve = Callable[[str, str], tuple[Route, Downstream] | None]
+"""The route of a public tool name called by a client speaking a version, and the connection to
+send it on, when the lane rules let it go express (`toolscore.front.lanes.Lanes.express`)."""
 
 
 class ClientOut(Protocol):
@@ -139,12 +137,10 @@ class ExpressLane:
             return False
         ctx = None
         try:
-            found = self._resolve(params.name)
+            found = self._resolve(params.name, self._version)
             if found is None:
                 return False
             route, downstream = found
-            if not downstream.keeps_bytes(self._version):  # checked before the engine makes a context
-                return False
             arguments = params.arguments if params.arguments is not None else {}
             ctx = self._engine.begin_sent(
                 params.name, route, arguments, request_id=job.id, session_id=self._session_id, scope=self._scope

@@ -25,9 +25,7 @@ from toolscore._json import scrub_unpaired_surrogates
 from toolscore._sdk import connection_of
 from toolscore._version import __version__
 from toolscore.downstream.backchannel import on_behalf_of
-from toolscore.downstream.connection import Downstream
 from toolscore.downstream.hub import DownstreamHub
-from toolscore.downstream.registry import Route
 from toolscore.errors import DownstreamProtocolError, InputRequired, Rejected
 from toolscore.front.callers import Callers
 from toolscore.front.catalog import install_catalog
@@ -35,6 +33,7 @@ from toolscore.front.confirm import Sealer, confirmer
 from toolscore.front.express import ExpressLane
 from toolscore.front.fast import FastCalls
 from toolscore.front.forward import FrontPeer, LogLevels, install_logging, install_roots
+from toolscore.front.lanes import Lanes
 from toolscore.front.plan_tasks import PlanTasks
 from toolscore.front.relaying import front_call_of
 from toolscore.front.tasks import install_tasks, tasks_capability
@@ -419,38 +418,23 @@ def build_server(
         with on_behalf_of(callers.identify(ctx), peer_for(ctx), version) as scope:
             return await passthrough(ctx, params, _progress_of(ctx), scope, keep_bytes=True)
 
-    def routed(name: str) -> bool:
-        if name == ORCHESTRATE:
-            return orchestrator.refusal is None  # else the SDK path answers that it is not there
-        if delegator is not None and name == DELEGATE:
-            return False
-        return not (toolhub is not None and toolhub.handles(name)) and hub.registry.get(name) is not None
-
-    def sends_express(name: str) -> tuple[Route, Downstream] | None:
-        # Called for a name the hot path serves (`routed`): a downstream tool, or orchestrate.
-        route = hub.registry.get(name)
-        if route is None:
-            return None
-        downstream = hub.shared(route.server)
-        if downstream is None or downstream.config.isolation == "session":
-            return None
-        # The express lane never asks for a task, so only a tool that requires one runs as a task
-        # (`runs_as_task`): read from the route rather than looked up in the server's tool list.
-        execution = route.tool.execution
-        return None if execution is not None and execution.task_support == "required" else (route, downstream)
+    lanes = Lanes(
+        hub,
+        engine,
+        plans=lambda: orchestrator.refusal is None,
+        own=lambda name: (
+            (delegator is not None and name == DELEGATE) or (toolhub is not None and toolhub.handles(name))
+        ),
+    )
 
     def lane_for(ctx: ServerRequestContext[Any]) -> ExpressLane | None:
-        if not engine.hookless:
+        if not lanes.express_open:
             return None
         return ExpressLane(
-            engine,
-            sends_express,
-            version=ctx.protocol_version,
-            session_id=callers.identify(ctx),
-            peer=peer_for(ctx),
+            engine, lanes.express, version=ctx.protocol_version, session_id=callers.identify(ctx), peer=peer_for(ctx)
         )
 
-    server.fast = FastCalls(hot_call, serves=routed, lane_for=lane_for)
+    server.fast = FastCalls(hot_call, serves=lambda name: lanes.hot(name, plan=name == ORCHESTRATE), lane_for=lane_for)
     server.add_notification_handler("notifications/initialized", mcp_types.NotificationParams, on_initialized)
     server.available = hub.capable
     install_logging(server, hub, levels)
