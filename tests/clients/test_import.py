@@ -133,11 +133,13 @@ def test_vscode_user_and_workspace_files_with_comments_and_the_servers_key(
 }
 """,
     )
-    write(Path(".vscode") / "mcp.json", '{"servers": {"proj": {"command": "proj-server", "cwd": "/w"}}}')
+    write(
+        Path(".vscode") / "mcp.json", '{"servers": {"proj": {"command": "proj-server", "cwd": "${workspaceFolder}"}}}'
+    )
     assert _import("--from", "vscode", "--into", "servers.json") == 0
     servers = _servers(Path("servers.json"))
     assert servers["local"] == {"type": "stdio", "command": "node", "args": ["${HOME}/srv/index.js"]}
-    assert servers["proj"] == {"command": "proj-server", "cwd": "/w"}
+    assert servers["proj"] == {"command": "proj-server", "cwd": str(Path.cwd())}
     # VS Code asks the person for the key; toolscore cannot, so it waits for a variable.
     assert servers["docs"]["headers"] == {"Authorization": "Bearer ${API_KEY}"}
     assert servers["docs"]["disabled"] is True

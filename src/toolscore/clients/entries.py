@@ -19,7 +19,7 @@ from typing import Any
 from toolscore.clients.locations import Client
 from toolscore.config import ServerConfig
 
-__all__ = ["Imported", "is_toolscore", "normalized", "read_entries", "references", "toolscore_entry"]
+__all__ = ["Imported", "Where", "is_toolscore", "normalized", "read_entries", "references", "toolscore_entry"]
 
 TOOLSCORE = "toolscore"
 """The name `register` gives toolscore's entry in a client's file."""
@@ -41,27 +41,50 @@ class Imported:
     notes: list[str] = field(default_factory=list)
 
 
-def _references(client: Client, text: str, notes: list[str], name: str) -> str:
+_EDITOR_REF = re.compile(r"\$\{(workspaceFolder|workspaceFolderBasename|userHome)\}")
+"""The editors' (VS Code, Cursor) own variables, which name folders rather than the environment."""
+
+
+@dataclass(frozen=True, slots=True)
+class Where:
+    """What the editors' own variables stand for where the entry is read."""
+
+    folder: str
+    """`${workspaceFolder}`: the project folder."""
+    home: str
+    """`${userHome}`."""
+
+    def value(self, name: str) -> str:
+        if name == "userHome":
+            return self.home
+        return PurePath(self.folder).name if name == "workspaceFolderBasename" else self.folder
+
+
+def _references(client: Client, text: str, item: Imported, where: Where | None) -> str:
     """One string with the client's variable syntax written as `${NAME}`."""
     text = _ENV_REF.sub(r"${\1}", text)
     if client.name == "gemini":
         text = _BARE_REF.sub(r"${\1}", text)
+    if where is not None:
+        text = _EDITOR_REF.sub(lambda m: where.value(m.group(1)), text)
 
     def input_ref(match: re.Match[str]) -> str:
         var = re.sub(r"[^A-Za-z0-9_]", "_", match.group(1)).upper() or "INPUT"
-        notes.append(f"{name}: VS Code asks for '{match.group(1)}' at start; toolscore reads ${{{var}}} instead")
+        item.notes.append(
+            f"{item.name}: VS Code asks for '{match.group(1)}' at start; toolscore reads ${{{var}}} instead"
+        )
         return "${" + var + "}"
 
     return _INPUT_REF.sub(input_ref, text)
 
 
-def _strings(client: Client, value: Any, notes: list[str], name: str) -> Any:
+def _strings(client: Client, value: Any, item: Imported, where: Where | None) -> Any:
     if isinstance(value, str):
-        return _references(client, value, notes, name)
+        return _references(client, value, item, where)
     if isinstance(value, list):
-        return [_strings(client, v, notes, name) for v in value]
+        return [_strings(client, v, item, where) for v in value]
     if isinstance(value, dict):
-        return {k: _strings(client, v, notes, name) for k, v in value.items()}
+        return {k: _strings(client, v, item, where) for k, v in value.items()}
     return value
 
 
@@ -117,8 +140,12 @@ def _common(client: Client, raw: dict[str, Any]) -> dict[str, Any]:
     return entry
 
 
-def read_entries(client: Client, document: Mapping[str, Any]) -> tuple[list[Imported], list[str]]:
+def read_entries(
+    client: Client, document: Mapping[str, Any], where: Where | None = None
+) -> tuple[list[Imported], list[str]]:
     """The servers of a client's decoded file, toolscore's own left out, and notes on the file as a whole.
+
+    `where` gives the editors' `${workspaceFolder}` and `${userHome}` their values.
 
     Raises:
         ValueError: the servers key holds something other than an object of objects.
@@ -137,11 +164,13 @@ def read_entries(client: Client, document: Mapping[str, Any]) -> tuple[list[Impo
         if is_toolscore(name, raw):
             notes.append(f"{name}: toolscore's own entry, not imported")
             continue
-        imported.append(normalized(client, str(name), raw, disabled=name in excluded))
+        imported.append(normalized(client, str(name), raw, disabled=name in excluded, where=where))
     return imported, notes
 
 
-def normalized(client: Client, name: str, raw: Mapping[str, Any], *, disabled: bool = False) -> Imported:
+def normalized(
+    client: Client, name: str, raw: Mapping[str, Any], *, disabled: bool = False, where: Where | None = None
+) -> Imported:
     """One entry of a client's file in servers.json's shape."""
     entry = dict(raw)
     if client.name == "codex":
@@ -154,7 +183,7 @@ def normalized(client: Client, name: str, raw: Mapping[str, Any], *, disabled: b
         entry["disabled"] = True
     item = Imported(name, {}, [])
     dropped = sorted(k for k in entry if k not in _KNOWN)
-    item.entry = {k: _strings(client, v, item.notes, name) for k, v in entry.items() if k in _KNOWN}
+    item.entry = {k: _strings(client, v, item, where) for k, v in entry.items() if k in _KNOWN}
     if dropped:
         item.notes.append(f"{name}: left out what toolscore does not use: {', '.join(dropped)}")
     if item.entry.get("disabled") is True:

@@ -16,9 +16,9 @@ from typing import Any
 from toolscore._envfile import env_file_for, format_env, read_env_file
 from toolscore.clients import jsonc
 from toolscore.clients.documents import Document, client_for_file, diff, parse_document, read_document
-from toolscore.clients.entries import Imported, read_entries, references
+from toolscore.clients.entries import Imported, Where, read_entries, references
 from toolscore.clients.files import read_client_file, write_atomic
-from toolscore.clients.locations import CLIENTS, client_files
+from toolscore.clients.locations import CLIENTS, client_files, home_dir
 from toolscore.clients.merge import merge_servers
 from toolscore.config import default_config_path, parse_config
 from toolscore.errors import ConfigError
@@ -115,10 +115,15 @@ def import_servers(
     stored = read_env_file(env_path)
     outcome = ImportOutcome()
     imported: list[Imported] = []
+    try:
+        home = str(home_dir(env, platform))
+    except ConfigError:  # a file given by path needs no home folder; `${userHome}` stays as written
+        home = "${userHome}"
+    where = Where(folder=str(cwd), home=home)
     for document in documents:
         for data in (document.data, _claude_code_local(document, cwd)):
             try:
-                items, notes = read_entries(document.client, data)
+                items, notes = read_entries(document.client, data, where)
             except ValueError as exc:
                 raise ConfigError(str(exc), path=str(document.path)) from None
             outcome.lines.extend(notes)
