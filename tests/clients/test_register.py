@@ -199,7 +199,7 @@ def test_registering_twice_changes_nothing_the_second_time(
 @pytest.mark.parametrize(
     ("servers", "client_text", "says"),
     [
-        (None, '{"mcpServers": {}}', "cannot read the file"),
+        (None, '{"mcpServers": {}}', "there is no servers.json here for Cursor to start"),
         ({"mcpServers": {"a": {"command": "a", "timeout": "soon"}}}, '{"mcpServers": {}}', "mcpServers.a.timeout"),
         ({"mcpServers": {}}, '{"mcpServers": ', "not valid JSON"),
     ],

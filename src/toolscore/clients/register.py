@@ -73,6 +73,12 @@ def register(
     client = CLIENTS[client_name]
     path = target_file(client_name, file, env=env, platform=platform, cwd=cwd)
     config = config.absolute()
+    if not config.exists():
+        raise ConfigError(
+            f"there is no servers.json here for {client.title} to start: run `toolscore import --from {client_name}` "
+            "first, or pass --config",
+            path=str(config),
+        )
     loaded = load_config(config)  # a client pointed at a servers.json that does not load would show nothing
     token = transport == "http" and (TOKEN_VAR in env or loaded.settings.http.token_file is not None)
     try:
