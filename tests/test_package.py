@@ -46,6 +46,7 @@ PURE = [
     "toolhub/mapping.py",
     "toolhub/scoring.py",
     "toolhub/search.py",
+    "toolhub/synonyms.py",
     "toolhub/synthesis.py",
     "toolhub/text.py",
 ]

@@ -86,6 +86,34 @@ async def test_a_client_finds_and_calls_a_tool_it_was_never_listed() -> None:
         assert not answer.is_error and "(X1)" in text(answer)
 
 
+async def test_search_answers_score_and_matched_words_and_narrows_by_server_or_capability() -> None:
+    fakes = catalog()
+    entries: dict[str, dict[str, Any]] = {name: {} for name in fakes}
+    entries["weather0"] = {"capabilities": {"export_weather_6": ["reports"]}}
+    config = memory_config(entries, toolscore={"catalog": "search"})
+    async with (
+        running_gateway(fakes, config=config) as (gw, _),
+        Client(gw.server) as client,
+    ):
+
+        async def search(**args: Any) -> list[dict[str, Any]]:
+            result = await client.call_tool("search_tools", args)
+            assert not result.is_error, text(result)
+            found: list[dict[str, Any]] = json.loads(text(result))
+            return found
+
+        found = await search(query="removing a ticket", k=3)
+        # `removing` finds `delete` (stemmed, then by synonym); equal scores go by name
+        assert [f["name"] for f in found[:2]] == ["ticket5__delete_ticket_14", "ticket5__delete_ticket_4"]
+        assert found[0]["matched"] == ["removing", "ticket"] and found[0]["score"] >= found[1]["score"]
+        narrowed = await search(query="export records", k=20, server="hotel8")
+        assert narrowed and {f["name"].split("__")[0] for f in narrowed} == {"hotel8"}
+        tagged = await search(query="export records", k=20, capability="reports")
+        assert [f["name"] for f in tagged] == ["weather0__export_weather_6"]
+        none = await client.call_tool("search_tools", {"query": "export", "server": "nope"})
+        assert none.is_error and "on server 'nope'" in text(none)
+
+
 async def test_auto_switches_to_search_above_the_thresholds() -> None:
     fakes = catalog(servers=2, per_server=5)
     async with running_gateway(fakes, toolscore={"catalog": "auto"}) as (gw, _), Client(gw.server) as client:
@@ -115,6 +143,7 @@ async def test_bad_calls_to_the_hub_tools_are_tool_errors_a_model_can_fix() -> N
         cases: list[tuple[str, dict[str, Any], str]] = [
             ("search_tools", {"query": 3}, "search_tools takes"),
             ("search_tools", {"query": "x", "k": 0}, "search_tools takes"),
+            ("search_tools", {"query": "x", "server": 3}, "search_tools takes"),
             ("search_tools", {"query": "zzzz qqqq"}, "No tool matches"),
             ("call_tool", {"name": ["x"]}, "call_tool takes"),
             ("call_tool", {"name": "orchestrate", "arguments": {}}, "call 'orchestrate' directly"),

@@ -18,12 +18,12 @@ from dataclasses import dataclass, field
 
 from toolscore.config import Config
 from toolscore.downstream.registry import Route
-from toolscore.toolhub.text import words
+from toolscore.toolhub.text import stem, words
 
 __all__ = ["Capabilities", "Tagged", "extract_tags", "index_capabilities"]
 
 # stemmed word -> tag. Small on purpose: a wrong tag sends calls to the wrong tool.
-_VOCABULARY: Mapping[str, str] = {
+_WORDS: Mapping[str, str] = {
     **dict.fromkeys(("search", "find", "lookup", "grep", "query"), "search"),
     **dict.fromkeys(("web", "internet", "google", "bing", "duckduckgo", "brave"), "web"),
     **dict.fromkeys(("fetch", "url", "http", "browse", "scrape", "download", "crawl"), "fetch"),
@@ -42,6 +42,8 @@ _VOCABULARY: Mapping[str, str] = {
     **dict.fromkeys(("time", "date", "clock", "timezone"), "time"),
     **dict.fromkeys(("memory", "remember", "recall"), "memory"),
 }
+_VOCABULARY: Mapping[str, str] = {stem(word): tag for word, tag in _WORDS.items()}
+"""The same, by stem, as `words` gives them."""
 _SENTENCE_END = re.compile(r"[.!?](\s|$)|\n")
 _DUP_NAME = re.compile(r"[^a-z0-9]+")
 

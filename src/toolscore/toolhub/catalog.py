@@ -44,14 +44,16 @@ def search_tools_tool() -> mcp_types.Tool:
     return mcp_types.Tool(
         name=SEARCH_TOOLS,
         description=(
-            "Find tools by keywords (name, description, capability): the top k, with full input schemas. "
-            "Call one with call_tool or in an orchestrate plan."
+            "Find tools by what they do, in your own words: the top k with full input schemas, score and "
+            "matched words; server/capability narrow it. Call one with call_tool or in an orchestrate plan."
         ),
         input_schema={
             "type": "object",
             "properties": {
                 "query": {"type": "string", "maxLength": 1000},
                 "k": {"type": "integer", "minimum": 1, "maximum": _MAX_K, "default": 5},
+                "server": {"type": "string", "maxLength": 128},
+                "capability": {"type": "string", "maxLength": 64},
             },
             "required": ["query"],
             "additionalProperties": False,

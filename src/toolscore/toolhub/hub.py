@@ -139,31 +139,39 @@ class ToolHub:
         """Every capability -> its tools, in the order a call tries them now (for plan checks)."""
         return {tag: tuple(t.route.public_name for t in self.ranked(tag)) for tag in self.capabilities.by_tag}
 
-    def search(self, query: str, k: int) -> list[dict[str, Any]]:
-        """The `k` best tools for `query`: full definitions, tags, and near-duplicates folded in."""
+    def search(
+        self, query: str, k: int, *, server: str | None = None, capability: str | None = None
+    ) -> list[dict[str, Any]]:
+        """The `k` best tools for `query`: full definitions, tags, score, the query words that matched,
+        and near-duplicates folded in; `server` and `capability` keep only the tools of one server or tag."""
         index = self._current()
         if index.search is None:
             from toolscore.toolhub.search import SearchIndex
 
             index.search = SearchIndex(index.capabilities.tools)
         asked = set(words(query))
-        found: list[dict[str, Any]] = [
-            t.model_dump(by_alias=True, mode="json", exclude_none=True)
-            for t in self.gateway_tools()
-            if set(words(t.name)) <= asked and self._refusals.get(t.name) is None
-        ][:k]
+        found: list[dict[str, Any]] = (
+            [
+                t.model_dump(by_alias=True, mode="json", exclude_none=True)
+                for t in self.gateway_tools()
+                if set(words(t.name)) <= asked and self._refusals.get(t.name) is None
+            ][:k]
+            if server is None and capability is None
+            else []
+        )
         folded: set[str] = set()
-        for name, score in index.search.search(query, k * 2):
-            if name in folded or len(found) >= k:
+        for hit in index.search.search(query, k * 2, server=server, capability=capability):
+            if hit.name in folded or len(found) >= k:
                 continue
-            tagged = index.capabilities.tools[name]
+            tagged = index.capabilities.tools[hit.name]
             entry = tagged.route.tool.model_dump(by_alias=True, mode="json", exclude_none=True)
             entry.pop("_meta", None)
             entry["capabilities"] = sorted(tagged.tags)
-            entry["score"] = score
+            entry["score"] = hit.score
+            entry["matched"] = list(hit.matched)
             for group, members in index.capabilities.duplicates.items():
-                if name in members:
-                    others = [m for m in members if m != name]
+                if hit.name in members:
+                    others = [m for m in members if m != hit.name]
                     folded.update(others)
                     entry["same_as"] = others
                     entry["capability"] = group
@@ -194,11 +202,29 @@ class ToolHub:
         args = arguments or {}
         if name == SEARCH_TOOLS:
             query, k = args.get("query"), args.get("k", 5)
-            if not isinstance(query, str) or not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= 20:
-                return error_result("search_tools takes {'query': string, 'k'?: integer 1-20}.")
-            found = self.search(query, k)
+            server, capability = args.get("server"), args.get("capability")
+            if (
+                not isinstance(query, str)
+                or not isinstance(k, int)
+                or isinstance(k, bool)
+                or not 1 <= k <= 20
+                or not isinstance(server, str | None)
+                or not isinstance(capability, str | None)
+            ):
+                return error_result(
+                    "search_tools takes {'query': string, 'k'?: integer 1-20, "
+                    "'server'?: string, 'capability'?: string}."
+                )
+            found = self.search(query, k, server=server, capability=capability)
             if not found:
-                return error_result(f"No tool matches {query[:100]!r}; try other words (servers: {self._servers()}).")
+                narrowed = "".join(
+                    f" {what} {value[:64]!r}"
+                    for what, value in (("on server", server), ("with capability", capability))
+                    if value is not None
+                )
+                return error_result(
+                    f"No tool{narrowed} matches {query[:100]!r}; try other words (servers: {self._servers()})."
+                )
             return mcp_types.CallToolResult(content=[mcp_types.TextContent(text=json.dumps(found))])
         if name == CALL_TOOL:
             tool, inner = args.get("name"), args.get("arguments", {})

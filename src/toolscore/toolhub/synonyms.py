@@ -1,0 +1,105 @@
+"""The words people use for the same tool action or object, for `search_tools`' queries; pure.
+
+A query word also looks for the other words of its groups (at a discount, see `search.py`), so
+"remove a folder" finds `delete_directory`. The groups are small on purpose and hold only words
+that mean the same thing in a tool's name or description; a word may sit in several groups
+("fetch" is a download and a read). They are the common verbs and nouns of tool catalogs, written
+from what servers call their tools, never from one benchmark's queries.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping
+
+from toolscore.toolhub.text import stem
+
+__all__ = ["GROUPS", "related"]
+
+GROUPS: tuple[tuple[str, ...], ...] = (
+    # verbs
+    ("read", "open", "show", "view", "display", "retrieve", "load", "cat", "inspect"),
+    ("write", "save", "store", "persist", "put"),
+    ("create", "new", "make", "add", "generate", "init", "initialize", "register"),
+    ("update", "edit", "modify", "change", "set", "patch", "alter", "rename"),
+    ("delete", "remove", "erase", "drop", "destroy", "purge", "clear", "unlink"),
+    ("list", "enumerate", "ls", "browse"),
+    ("search", "find", "grep", "query", "lookup", "look", "locate", "seek", "match"),
+    ("fetch", "download", "http", "url", "web", "request", "curl", "scrape", "crawl", "retrieve", "link"),
+    ("run", "execute", "exec", "eval", "evaluate", "invoke", "launch"),
+    ("send", "post", "publish", "submit", "deliver", "notify"),
+    ("move", "rename", "relocate", "transfer"),
+    ("copy", "duplicate", "clone"),
+    ("close", "quit", "exit", "shut"),
+    ("stop", "cancel", "kill", "terminate", "abort", "halt"),
+    ("start", "begin", "launch", "spawn"),
+    ("click", "press", "tap"),
+    ("type", "enter", "input", "fill", "write"),
+    ("compare", "diff", "difference", "change"),
+    ("summarize", "summary", "overview", "outline", "abstract"),
+    ("convert", "transform", "translate", "format"),
+    ("install", "setup", "add"),
+    ("wait", "sleep", "pause", "delay"),
+    ("navigate", "go", "visit", "goto", "open"),
+    ("reply", "respond", "answer", "comment"),
+    ("merge", "combine", "join"),
+    ("upload", "attach"),
+    ("calculate", "compute", "math", "arithmetic", "sum", "add"),
+    ("schedule", "book", "reserve", "plan"),
+    ("check", "verify", "validate", "test"),
+    # nouns
+    ("file", "document", "doc"),
+    ("folder", "directory", "dir"),
+    ("repository", "repo", "project"),
+    ("issue", "ticket", "bug", "task"),
+    ("pull", "pr", "merge"),
+    ("branch", "ref"),
+    ("commit", "revision", "changeset"),
+    ("message", "chat", "msg", "dm"),
+    ("email", "mail", "inbox"),
+    ("image", "picture", "photo", "screenshot", "png", "jpeg"),
+    ("page", "website", "site", "webpage", "browser", "tab"),
+    ("code", "source", "script", "snippet", "program"),
+    ("python", "py", "script"),
+    ("database", "db", "sql", "table"),
+    ("row", "record", "entry"),
+    ("user", "person", "member", "people", "account", "profile"),
+    ("calendar", "event", "meeting", "appointment"),
+    ("note", "memo", "memory", "observation"),
+    ("weather", "forecast", "temperature"),
+    ("time", "date", "clock", "timezone", "now"),
+    ("place", "location", "address", "geocode", "map", "coordinate"),
+    ("direction", "route", "distance", "travel"),
+    ("package", "library", "dependency", "module"),
+    ("variable", "namespace", "value"),
+    ("log", "console", "output"),
+    ("key", "press", "keyboard"),
+    ("tree", "hierarchy", "structure"),
+    ("metadata", "info", "information", "detail", "stat", "property"),
+    ("size", "byte", "length"),
+    ("content", "text", "body"),
+    ("symbol", "function", "class", "definition", "method"),
+    ("graph", "knowledge", "entity", "relation"),
+    ("research", "investigate", "study", "report"),
+    ("environment", "env"),
+    ("echo", "repeat", "reflect"),
+    ("random", "sample"),
+)
+"""Each group: words that name the same thing in a tool catalog. Stemmed on import."""
+
+
+def _index(groups: tuple[tuple[str, ...], ...]) -> dict[str, frozenset[str]]:
+    related: dict[str, set[str]] = defaultdict(set)
+    for group in groups:
+        stems = {stem(w) for w in group}
+        for s in stems:
+            related[s] |= stems - {s}
+    return {s: frozenset(others) for s, others in related.items()}
+
+
+_RELATED: Mapping[str, frozenset[str]] = _index(GROUPS)
+
+
+def related(term: str) -> frozenset[str]:
+    """The other stems of every group `term` (a stem) is in; empty when it is in none."""
+    return _RELATED.get(term, frozenset())
