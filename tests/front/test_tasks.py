@@ -51,7 +51,7 @@ async def _task_gateway(state: Path) -> AsyncIterator[tuple[Gateway, MemoryAudit
         {
             "a": {"command": sys.executable, "args": [TASKS]},
             "b": {"command": sys.executable, "args": [TASKS]},
-            "fx": fixture_entry(state),
+            "fx": fixture_entry(state, env={"FIXTURE_EXTRA_TOOLS": "hold"}),
         }
     )
     async with running_gateway(config, state) as running:
@@ -59,8 +59,14 @@ async def _task_gateway(state: Path) -> AsyncIterator[tuple[Gateway, MemoryAudit
 
 
 @pytest.fixture(scope="module")
-async def pair(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[tuple[Gateway, MemoryAuditSink]]:
-    async with _task_gateway(tmp_path_factory.mktemp("tasks")) as running:
+def state(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The module gateway's fixture state: where `hold` writes `held-<text>` and reads `release-<text>`."""
+    return tmp_path_factory.mktemp("tasks")
+
+
+@pytest.fixture(scope="module")
+async def pair(state: Path) -> AsyncIterator[tuple[Gateway, MemoryAuditSink]]:
+    async with _task_gateway(state) as running:
         yield running
 
 
@@ -167,17 +173,19 @@ def _without_ids(answer: dict[str, Any]) -> str:
 
 
 async def test_a_plan_asked_for_as_a_task_answers_at_once_and_later_what_a_plain_call_answers(
-    pair: tuple[Gateway, MemoryAuditSink],
+    pair: tuple[Gateway, MemoryAuditSink], state: Path
 ) -> None:
     gateway, sink = pair
-    # The sleep keeps the task working for the first tasks/get; `quick` runs as a plain call in a plan.
-    plan = '<a><quick id="q">{"text": "in a plan"}</quick></a><fx><sleep>{"seconds": 2}</sleep></fx>'
+    # `hold` keeps the task working until the test releases it, so the task's answer came before
+    # the plan ended however slow the machine, and the first tasks/get sees it working; `quick`
+    # runs as a plain call in a plan.
+    plan = '<a><quick id="q">{"text": "in a plan"}</quick></a><fx><hold>{"text": "plan-task"}</hold></fx>'
     async with Client(gateway.server, mode="legacy") as client:
         listed = {t.name: t for t in (await client.list_tools()).tools}
         execution = listed["orchestrate"].execution
         assert execution is not None and execution.task_support == "optional"
 
-        with anyio.fail_after(1.5):  # at once: well before the plan's sleep ends
+        with anyio.fail_after(60):  # a hang detector: the plan cannot end before it is released
             created = await send_raw_request(
                 client, "tools/call", {"name": "orchestrate", "arguments": {"plan": plan}, "task": {"ttl": 60000}}
             )
@@ -187,6 +195,7 @@ async def test_a_plan_asked_for_as_a_task_answers_at_once_and_later_what_a_plain
         assert len(task_id) >= 16 and task["createdAt"] and "content" not in created
         assert (await send_raw_request(client, "tasks/get", {"taskId": task_id}))["status"] == "working"
 
+        (state / "release-plan-task").write_text("go")  # the plain call below finds it released too
         done = await send_raw_request(client, "tasks/result", {"taskId": task_id})
         assert done["_meta"]["io.modelcontextprotocol/related-task"] == {"taskId": task_id}
         assert "at once: in a plan" in done["content"][0]["text"]

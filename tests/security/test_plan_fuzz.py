@@ -2,8 +2,9 @@
 
 Two sources: hypothesis over a small plan grammar, and a seeded mutation loop over a corpus of
 valid plans (byte flips, truncation, duplication, splicing of tags, entities, references and JSON,
-huge numbers, deep nesting). Then a few hundred such plans through a running gateway while a
-heartbeat watches the event loop.
+huge numbers, deep nesting). Then such plans through a running gateway while a heartbeat watches
+the event loop. Each runs twice: a short run in the in-memory tier, and a long one under other
+seeds marked `soak` (`./scripts/test` runs it).
 """
 
 from __future__ import annotations
@@ -36,7 +37,6 @@ pytestmark = pytest.mark.anyio
 
 PER_PLAN = 0.05
 """Seconds one plan may take to parse and check."""
-MUTANTS = 10_000
 MUTANT_SIZE = 16 * 1024
 """Mutants are cut to this: enough for anything superlinear to show (the 64 KiB worst cases are
 timed in test_plan_hardening, against a looser bound)."""
@@ -204,17 +204,25 @@ def assert_well_formed(outcome: CheckedPlan | list[PlanProblem]) -> None:
 
 
 @pytest.mark.no_cover  # timed: coverage's tracer would be measured, not the code
-def test_ten_thousand_mutated_plans_are_answered_fast() -> None:
-    rnd = random.Random(20_261_123)
+@pytest.mark.parametrize(
+    ("seed", "mutants"),
+    [
+        # 1,500 walk every corpus plan through every kind of edit many times over (2 s of CPU).
+        pytest.param(20_261_123, 1_500, id="short"),
+        pytest.param(20_261_124, 10_000, id="long", marks=pytest.mark.soak),
+    ],
+)
+def test_mutated_plans_are_answered_fast(seed: int, mutants: int) -> None:
+    rnd = random.Random(seed)
     slowest, answered = 0.0, 0
-    for n in range(MUTANTS):
+    for n in range(mutants):
         plan = mutate(rnd, CORPUS[n % len(CORPUS)])
         seconds, outcome = process(plan)
         assert_well_formed(outcome)
         slowest = max(slowest, cost(plan) if seconds > PER_PLAN else seconds)
         answered += isinstance(outcome, CheckedPlan)
     assert slowest < PER_PLAN
-    assert 0 < answered < MUTANTS  # the mutations reach both outcomes
+    assert 0 < answered < mutants  # the mutations reach both outcomes
 
 
 _text = st.lists(
@@ -260,12 +268,20 @@ _plans = st.one_of(
 
 
 @pytest.mark.no_cover  # timed: coverage's tracer would be measured, not the code
-@settings(max_examples=600, deadline=None)
-@given(_plans)
-def test_plans_from_a_grammar_are_answered_fast(plan: str) -> None:
-    seconds, outcome = process(plan)
-    assert_well_formed(outcome)
-    assert seconds < PER_PLAN or cost(plan) < PER_PLAN
+@pytest.mark.parametrize(
+    "examples", [pytest.param(100, id="short"), pytest.param(600, id="long", marks=pytest.mark.soak)]
+)
+def test_plans_from_a_grammar_are_answered_fast(examples: int) -> None:
+    # Drawing from the grammar costs more than checking what it draws: the short run's examples
+    # differ from run to run, so the in-memory tier covers the grammar over time.
+    @settings(max_examples=examples, deadline=None)
+    @given(_plans)
+    def answered_fast(plan: str) -> None:
+        seconds, outcome = process(plan)
+        assert_well_formed(outcome)
+        assert seconds < PER_PLAN or cost(plan) < PER_PLAN
+
+    answered_fast()
 
 
 # -- through the front ----------------------------------------------------------------------------
@@ -282,12 +298,19 @@ FX_CORPUS = [
 
 
 @pytest.mark.no_cover  # timed: coverage's tracer would be measured, not the code
-async def test_hostile_plans_through_the_front_neither_stall_nor_break_the_gateway(tmp_path: Path) -> None:
-    rnd = random.Random(7)
-    plans = [(mutate(rnd, rnd.choice(FX_CORPUS)), rnd.random() < 0.5) for _ in range(250)]
+@pytest.mark.parametrize(
+    ("seed", "mutants"),
+    [pytest.param(7, 60, id="short"), pytest.param(8, 400, id="long", marks=pytest.mark.soak)],
+)
+async def test_hostile_plans_through_the_front_neither_stall_nor_break_the_gateway(
+    tmp_path: Path, seed: int, mutants: int
+) -> None:
+    rnd = random.Random(seed)
+    plans = [(mutate(rnd, rnd.choice(FX_CORPUS)), rnd.random() < 0.5) for _ in range(mutants)]
     plans += [(build(8 * 1024), True) for build in SHAPES.values()]
     plans += [('<say id="a">x</say><say>a {{' + " " * 3000 + "a</say>", True)]
-    assert any("\ud800" in plan for plan, _ in plans)  # lone surrogates among them
+    # Lone surrogates, raw and as JSON escapes, whatever the mutations drew.
+    plans += [('<say>a \ud800 b</say><fx><echo>{"text": "\\udc00"}</echo></fx>', False)]
     say = {"tag": "say", "tool": "echo", "primary": "text"}
     servers = {"fx": {"shorthand": say, "tools": {"allow": ["echo", "add", "fail"]}}}
     # A stall is a beat over 50 ms late while this process was busy (its CPU time moving on as much):

@@ -25,9 +25,10 @@ from toolscore.config import PlanSettings, Shorthand
 from toolscore.downstream.registry import build_registry
 from toolscore.errors import PlanCheckError, PlanSyntaxError, RefError, RefSyntaxError
 from toolscore.plan.check import check_plan, shorthand_table
+from toolscore.plan.dialects import Targets, read_references
 from toolscore.plan.nodes import CheckedPlan
 from toolscore.plan.parse import parse_turn
-from toolscore.plan.refs import parse_template, repair_mustache, resolve
+from toolscore.plan.refs import parse_template, resolve
 from toolscore.plan.values import MAX_JSON_DEPTH
 
 pytestmark = pytest.mark.anyio
@@ -98,12 +99,19 @@ def assert_linear(build: Callable[[int], str], n: int, bound: float, **kw: Any) 
     """Plans of size n and 4n: the larger within `bound`, and far from 16x (quadratic) the smaller."""
     _, small_cpu = timed(parse_and_check(build(n), **kw))
     assert small_cpu < bound  # checked first: a quadratic parser would take minutes on the larger one
-    _, large_cpu = timed(parse_and_check(build(4 * n), **kw))
-    assert large_cpu < bound
-    # Linear is 4x, quadratic 16x. Below 20 ms the ratio of two timings is mostly noise, and a
-    # machine kept busy by others (their cache misses are ours too) stretches it to about 9x.
-    if large_cpu > 0.02:
-        assert large_cpu / small_cpu < 12, (small_cpu, large_cpu)
+
+    def linear(large_cpu: float) -> bool:
+        # Linear is 4x, quadratic 16x. Below 20 ms the ratio of two timings is mostly noise, and a
+        # machine kept busy by others (their cache misses are ours too) stretches it to about 9x.
+        return large_cpu < bound and (large_cpu <= 0.02 or large_cpu / small_cpu < 12)
+
+    # The larger plan is timed once, and best of five only if that once fails: a busy machine
+    # only ever adds to a timing, so a run that passes is a pass (and the tier stays fast).
+    large = parse_and_check(build(4 * n), **kw)
+    _, large_cpu = timed(large, 1)
+    if not linear(large_cpu):
+        large_cpu = min(large_cpu, timed(large)[1])
+    assert linear(large_cpu), (small_cpu, large_cpu, bound)
 
 
 # -- 1. characters that are no characters ----------------------------------------------------------
@@ -272,8 +280,11 @@ def test_chained_references_check_in_linear_time() -> None:
     limits = PlanSettings.model_construct(**{**PlanSettings().model_dump(), "max_steps": 10_000})
     _, small_cpu = timed(parse_and_check(chain(2_500), limits, max_bytes=1024 * 1024, max_steps=10_000), 2)
     assert small_cpu < 1
-    _, large_cpu = timed(parse_and_check(chain(10_000), limits, max_bytes=1024 * 1024, max_steps=10_000), 2)
-    assert large_cpu < 3 and large_cpu / small_cpu < 8
+    large = parse_and_check(chain(10_000), limits, max_bytes=1024 * 1024, max_steps=10_000)
+    _, large_cpu = timed(large, 1)  # again only if it fails, as in assert_linear
+    if not (large_cpu < 3 and large_cpu / small_cpu < 8):
+        large_cpu = min(large_cpu, timed(large, 2)[1])
+    assert large_cpu < 3 and large_cpu / small_cpu < 8, (small_cpu, large_cpu)
 
 
 # -- 2. the mustache repair -----------------------------------------------------------------------
@@ -283,13 +294,13 @@ def test_chained_references_check_in_linear_time() -> None:
     ("written", "repaired"),
     [
         ("{{a.text}} {{ a }} {{1}}", "${a.text} ${a} ${1}"),
-        ("{{{a}}}", "{${a}}"),
+        ("{{{a}}}", "${a}"),  # handlebars' triple braces: no brace is left beside the reference
         ("{{ nope }} {{}} {{   }} {{a} {{a.x}", "{{ nope }} {{}} {{   }} {{a} {{a.x}"),
         ("{{" + " " * 3000 + "a" + " " * 3000 + "}}", "${a}"),
     ],
 )
 def test_mustache_repair_reads_what_it_did(written: str, repaired: str) -> None:
-    value, _ = repair_mustache({"p": written}, lambda target: target in ("a", 1))
+    value, _, _ = read_references({"p": written}, Targets(lambda target: target in ("a", 1)))
     assert value == {"p": repaired}
 
 
@@ -298,9 +309,10 @@ def test_mustache_repair_takes_linear_time() -> None:
     def bomb(n: int) -> dict[str, str]:
         return {"p": "{{" + " " * n + "x"}
 
-    small = seconds(lambda: repair_mustache(bomb(2_000), lambda _: True))
+    everything = Targets(lambda _: True)
+    small = seconds(lambda: read_references(bomb(2_000), everything))
     assert small < 0.05  # 2.5 KB once blocked the event loop for 9.7 s
-    large = seconds(lambda: repair_mustache(bomb(64_000), lambda _: True))
+    large = seconds(lambda: read_references(bomb(64_000), everything))
     assert large < 0.05
     assert codes('<search id="a">x</search><search>a {{' + " " * 3000 + "a</search>") == []
 
