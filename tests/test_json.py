@@ -9,6 +9,7 @@ from toolscore._json import (
     iter_strings,
     map_strings,
     map_strings_at,
+    nested_deeper_than,
     repaired_json_line,
     scrub_unpaired_surrogates,
     unpaired_surrogate_free,
@@ -56,3 +57,13 @@ def test_a_json_line_with_unpaired_surrogates_or_bad_utf8_is_repaired_and_others
     assert repaired_json_line(b'{"a":"fine"}') is None
     assert repaired_json_line(b"not json") is None
     assert repaired_json_line(b"[" * 100_000 + b"]" * 100_000) is None  # too deep for json: not repaired
+
+
+def test_nesting_depth_is_measured_without_recursion() -> None:
+    deep: list[object] = []
+    for _ in range(100_000):
+        deep = [deep]
+    assert nested_deeper_than(deep, 64)
+    assert not nested_deeper_than({"a": [{"b": []}]}, 3)
+    assert nested_deeper_than({"a": [{"b": []}]}, 2)
+    assert not nested_deeper_than("text", 0)

@@ -21,6 +21,7 @@ __all__ = [
     "iter_strings",
     "map_strings",
     "map_strings_at",
+    "nested_deeper_than",
     "repaired_json_line",
     "scrub_unpaired_surrogates",
     "unpaired_surrogate_free",
@@ -52,6 +53,19 @@ def iter_strings(value: Any, *, keys: bool = False) -> Iterator[str]:
             stack.extend(reversed(list(item.values())))
         elif isinstance(item, list):
             stack.extend(reversed(item))
+
+
+def nested_deeper_than(value: Any, limit: int) -> bool:
+    """Whether arrays and objects nest more than `limit` levels in a JSON value (walked without recursion)."""
+    stack = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list | tuple):
+            if depth >= limit:
+                return True
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children)
+    return False
 
 
 def map_strings(value: Any, fn: Callable[[str], Any]) -> Any:

@@ -73,6 +73,8 @@ def test_a_toml_layout_the_editor_does_not_handle_is_refused_not_damaged() -> No
         toml_tables.edit_servers(dotted, {"a": None})
     with pytest.raises(toml_tables.TomlError, match="not valid TOML"):
         toml_tables.loads("[mcp_servers\n")
+    with pytest.raises(toml_tables.TomlError, match="nested too deeply"):
+        toml_tables.loads("a = " + "[" * 500 + "]" * 500 + "\n")
 
 
 def test_each_client_file_per_operating_system() -> None:

@@ -255,8 +255,9 @@ def test_dry_run_prints_a_diff_and_writes_nothing(home: Path, capsys: pytest.Cap
         (b'{"mcpServers": {"a": {"command": "\xff"}}}', "not UTF-8 text"),
         ('{"mcpServers": ["a"]}', "mcpServers: must be an object mapping server names to entries"),
         ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
+        ('{"mcpServers": {"a": {"command": "x", "args": ' + "[" * 600 + "]" * 600 + "}}}", "nested too deeply"),
     ],
-    ids=["missing", "malformed", "not-utf8", "wrong-shape", "deeply-nested"],
+    ids=["missing", "malformed", "not-utf8", "wrong-shape", "deeply-nested", "nested-in-an-entry"],
 )
 def test_a_bad_client_file_exits_2_naming_it_and_nothing_is_written(
     home: Path, capsys: pytest.CaptureFixture[str], content: str | bytes | None, says: str

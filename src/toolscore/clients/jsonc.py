@@ -16,7 +16,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["JsoncError", "Member", "clean", "edit_object", "loads"]
+from toolscore._json import nested_deeper_than
+
+__all__ = ["MAX_DEPTH", "JsoncError", "Member", "clean", "edit_object", "loads"]
+
+MAX_DEPTH = 64
+"""Arrays and objects nested deeper than this are refused: no client's file needs more, and the
+code that walks an entry afterwards may recurse."""
 
 
 class JsoncError(ValueError):
@@ -78,11 +84,14 @@ def loads(text: str) -> Any:
         JsoncError: with the line and column of the problem.
     """
     try:
-        return json.loads(clean(text))
+        value = json.loads(clean(text))
     except json.JSONDecodeError as exc:
         raise JsoncError(f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
     except RecursionError:
-        raise JsoncError("nested too deeply") from None
+        raise JsoncError(f"nested too deeply (more than {MAX_DEPTH} levels)") from None
+    if nested_deeper_than(value, MAX_DEPTH):
+        raise JsoncError(f"nested too deeply (more than {MAX_DEPTH} levels)")
+    return value
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,6 +16,9 @@ import tomllib
 from collections.abc import Mapping
 from typing import Any
 
+from toolscore._json import nested_deeper_than
+from toolscore.clients.jsonc import MAX_DEPTH
+
 __all__ = ["TomlError", "dumps_value", "edit_servers", "loads"]
 
 SERVERS_KEY = "mcp_servers"
@@ -32,11 +35,14 @@ def loads(text: str) -> dict[str, Any]:
         TomlError: the text is not TOML, with the decoder's line and column.
     """
     try:
-        return tomllib.loads(text)
+        value = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise TomlError(f"not valid TOML: {exc}") from None
     except RecursionError:
-        raise TomlError("nested too deeply") from None
+        raise TomlError(f"nested too deeply (more than {MAX_DEPTH} levels)") from None
+    if nested_deeper_than(value, MAX_DEPTH):
+        raise TomlError(f"nested too deeply (more than {MAX_DEPTH} levels)")
+    return value
 
 
 _BARE = re.compile(r"[A-Za-z0-9_-]+")
