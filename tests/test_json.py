@@ -64,6 +64,6 @@ def test_nesting_depth_is_measured_without_recursion() -> None:
     for _ in range(100_000):
         deep = [deep]
     assert nested_deeper_than(deep, 64)
-    assert not nested_deeper_than({"a": [{"b": []}]}, 3)
-    assert nested_deeper_than({"a": [{"b": []}]}, 2)
+    assert not nested_deeper_than({"a": [{"b": []}]}, 4)  # four levels: object, array, object, array
+    assert nested_deeper_than({"a": [{"b": []}]}, 3)
     assert not nested_deeper_than("text", 0)
