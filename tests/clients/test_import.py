@@ -335,3 +335,14 @@ def test_a_file_without_read_permission_is_named(home: Path, capsys: pytest.Capt
     path.chmod(0)
     assert _import("--from", "cursor") == 2
     assert f"{path}: cannot read Cursor's file (Permission denied)" in capsys.readouterr().err
+
+
+def test_secret_names_are_valid_variable_names_whatever_the_server_and_key(home: Path) -> None:
+    write(
+        home / ".cursor" / "mcp.json", {"mcpServers": {"1password": {"command": "op", "env": {"2FA_TOKEN": "x" * 20}}}}
+    )
+    assert _import("--from", "cursor", "--into", "servers.json") == 0
+    imported = _servers(Path("servers.json"))
+    assert imported["1password"]["env"] == {"2FA_TOKEN": "${_1PASSWORD_2FA_TOKEN}"}
+    config = load_config("servers.json", env={})
+    assert config.servers["1password"].env == {"2FA_TOKEN": "x" * 20}

@@ -11,6 +11,7 @@ gateway at start, so it is imported disabled and named.
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -61,12 +62,16 @@ class _Names:
 
     def name(self, server: str, key: str, value: str) -> str:
         own = _VAR_CHARS.sub("_", key).upper().strip("_") or "SECRET"
-        prefixed = f"{_VAR_CHARS.sub('_', server).upper().strip('_')}_{own}"
-        for candidate in (own, prefixed, *(f"{prefixed}_{n}" for n in range(2, 1000))):
-            if not candidate[0].isdigit() and self._free(candidate, value):
+        prefixed = f"{_VAR_CHARS.sub('_', server).upper().strip('_') or 'SERVER'}_{own}"
+        if prefixed[0].isdigit():  # a variable name starts with a letter or _
+            prefixed = "_" + prefixed
+        candidates = (own, prefixed) if not own[0].isdigit() else (prefixed,)
+        # Numbered names never run out: each one taken needs a distinct value already stored.
+        for candidate in itertools.chain(candidates, (f"{prefixed}_{n}" for n in itertools.count(2))):
+            if self._free(candidate, value):
                 self._new[candidate] = value
                 return candidate
-        raise ValueError(f"no free variable name for {server}'s {key}")
+        raise AssertionError("unreachable: itertools.count never ends")
 
 
 def _move_secrets(item: Imported, names: _Names, notes: list[str]) -> None:
