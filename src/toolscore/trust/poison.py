@@ -1,0 +1,665 @@
+"""A deterministic scan of tool, prompt and resource-template definitions for poisoning; pure.
+
+A definition's text reaches the model verbatim, so a server can hide instructions in it: Unicode a
+person cannot see (tag characters, zero-width and bidi controls, private-use code points, runs of
+variation selectors, terminal escapes), phrasing aimed at the model (`<IMPORTANT>`, "ignore previous
+instructions", "do not tell the user"), exfiltration hints (credential paths, secrets to pass along,
+URLs in a tool that has no business with the network, a hard-coded recipient), redirection of
+another server's tools, and a description that contradicts the tool's read-only claim.
+
+`scan(kind, definition, others=...)` returns `Finding`s: a check id, a severity, where in the
+definition (`description`, `inputSchema.properties.note.description`, ...), the offending span of
+that text and a printable excerpt. The checks are word lists and literal patterns, tuned on the
+labelled corpus in `benchmarks/data/poisoning_corpus.json` (docs/security.md says how it was made).
+
+Linear in the input: every text is cut to `MAX_TEXT` characters and a definition to `MAX_TOTAL`;
+the regular expressions start with a literal or a character class and have no nested quantifiers
+that could backtrack; phrases are matched over word tokens with bounded gaps.
+"""
+
+from __future__ import annotations
+
+import bisect
+import functools
+import re
+import unicodedata
+from collections.abc import Collection, Iterator, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+__all__ = ["MAX_TEXT", "MAX_TOTAL", "Finding", "Severity", "scan"]
+
+MAX_TEXT = 16_384
+"""Characters of one text (a description, a property's description, an enum value) examined."""
+MAX_TOTAL = 131_072
+"""Characters of one definition examined, all its texts together."""
+_MAX_FINDINGS = 32
+_MAX_DEPTH = 32
+_EXCERPT = 80
+
+
+class Severity(StrEnum):
+    """How sure the check is that the text is aimed at the model rather than at a reader."""
+
+    HIGH = "high"
+    MEDIUM = "medium"
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One suspicious span of a definition."""
+
+    check: str
+    """The check's id, e.g. `unicode.tag`, `hidden.secrecy`, `exfil.credential_path`."""
+    severity: Severity
+    where: str
+    """Which text of the definition: `description`, `name`, `inputSchema.properties.x.description`, ..."""
+    start: int
+    end: int
+    """The span within that text, in characters."""
+    excerpt: str
+    """The span as printable text (invisible characters shown as `\\u....`), cut to 80 characters."""
+    message: str
+
+    def as_dict(self) -> dict[str, Any]:
+        """The finding as JSON-ready data."""
+        return {
+            "check": self.check,
+            "severity": self.severity.value,
+            "where": self.where,
+            "span": [self.start, self.end],
+            "excerpt": self.excerpt,
+            "message": self.message,
+        }
+
+
+# ---------------------------------------------------------------------------------------------
+# Unicode smuggling: one character class over everything suspicious, then each run classified.
+
+_SUSPECT = re.compile(
+    "["
+    "\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f"  # C0/C1 controls (ESC drives terminals), tab and newlines aside
+    "\u200b-\u200d\u2060-\u2064\ufeff\u180e\u115f\u1160\u3164\uffa0"  # zero-width and blank fillers
+    "\u202a-\u202e\u2066-\u2069"  # bidi embeddings, overrides and isolates
+    "\ufe00-\ufe0f\U000e0100-\U000e01ef"  # variation selectors
+    "\U000e0000-\U000e007f"  # tag characters
+    "\ue000-\uf8ff\U000f0000-\U000ffffd\U00100000-\U0010fffd"  # private use
+    "]+"
+)
+
+
+def _kind_of(ch: str) -> str:
+    cp = ord(ch)
+    if cp < 0xA0:
+        return "unicode.control"
+    if 0x202A <= cp <= 0x202E or 0x2066 <= cp <= 0x2069:
+        return "unicode.bidi"
+    if 0xE0000 <= cp <= 0xE007F:
+        return "unicode.tag"
+    if 0xFE00 <= cp <= 0xFE0F or 0xE0100 <= cp <= 0xE01EF:
+        return "unicode.variation"
+    if 0xE000 <= cp <= 0xF8FF or cp >= 0xF0000:
+        return "unicode.private_use"
+    return "unicode.zero_width"
+
+
+_UNICODE = {
+    "unicode.control": (Severity.HIGH, "control characters (terminal escapes can hide or overwrite text)"),
+    "unicode.bidi": (Severity.HIGH, "bidi controls reorder what a person reads"),
+    "unicode.tag": (Severity.HIGH, "Unicode tag characters: invisible text a model still reads"),
+    "unicode.variation": (Severity.MEDIUM, "a run of variation selectors: a known channel for hidden bytes"),
+    "unicode.private_use": (Severity.MEDIUM, "private-use characters: no meaning outside a private agreement"),
+    "unicode.zero_width": (Severity.MEDIUM, "zero-width or blank characters inside plain text"),
+}
+_JOINERS = frozenset("\u200c\u200d")
+_BLACK_FLAG = "\U0001f3f4"
+
+
+def _benign_run(text: str, start: int, end: int, kind: str) -> bool:
+    """The standard uses: joiners inside non-Latin words and emoji, one selector after its base
+    character, a subdivision flag's tag sequence, a byte-order mark at the very start."""
+    run = text[start:end]
+    before = text[start - 1] if start else ""
+    after = text[end] if end < len(text) else ""
+    if kind == "unicode.zero_width":
+        if run == "\ufeff" and start == 0:
+            return True
+        return set(run) <= _JOINERS and len(run) == 1 and not before.isascii() and not after.isascii()
+    if kind == "unicode.variation":
+        return len(run) == 1 and before != "" and not before.isspace()
+    if kind == "unicode.tag":
+        return before == _BLACK_FLAG and run.endswith("\U000e007f") and len(run) <= 7
+    return False
+
+
+def _unicode(text: str, where: str, out: list[Finding]) -> None:
+    for match in _SUSPECT.finditer(text):
+        # A run can mix kinds (a tag sequence after a zero-width space): one finding per kind's stretch.
+        start = match.start()
+        while start < match.end():
+            kind = _kind_of(text[start])
+            end = start + 1
+            while end < match.end() and _kind_of(text[end]) == kind:
+                end += 1
+            if not _benign_run(text, start, end, kind):
+                severity, message = _UNICODE[kind]
+                out.append(Finding(kind, severity, where, start, end, _excerpt(text[start:end]), message))
+            start = end
+
+
+def _excerpt(span: str) -> str:
+    shown = "".join(ch if ch.isprintable() or ch in "\n\t" else f"\\u{ord(ch):04x}" for ch in span[:_EXCERPT])
+    return shown[:_EXCERPT] + ("..." if len(shown) > _EXCERPT or len(span) > _EXCERPT else "")
+
+
+# ---------------------------------------------------------------------------------------------
+# Folding: lower case, NFKC (full-width letters), invisible characters dropped, with the map back
+# to the original offsets so a finding points at what the server sent.
+
+
+def _fold(text: str) -> tuple[str, list[int] | None]:
+    if text.isascii():
+        return text.lower(), None
+    chars: list[str] = []
+    where: list[int] = []
+    for i, ch in enumerate(text):
+        if _SUSPECT.match(ch):
+            continue
+        folded = ch.lower() if ch.isascii() else unicodedata.normalize("NFKC", ch).casefold().replace("\u2019", "'")
+        for c in folded:
+            chars.append(c)
+            where.append(i)
+    return "".join(chars), where
+
+
+# ---------------------------------------------------------------------------------------------
+# Literal patterns over folded text. Each alternative begins with a literal character.
+
+# Every alternative starts with a literal character (a lookbehind comes after it), so the engine
+# skips ahead to the few places one could start.
+_CREDENTIAL = re.compile(
+    r"~/\.ssh(?:/(?!config\b|known_hosts\b)|(?![\w/-]))"
+    r"|\.ssh/id_|i(?<![a-z0-9]i)d_(?:rsa|dsa|ecdsa|ed25519)(?![a-z0-9])"
+    r"|\.aws/credentials|\.netrc\b|\.pgpass\b|\.git-credentials\b|\.npmrc\b|\.pypirc\b"
+    r"|\.docker/config\.json|\.kube/config\b|\.gnupg\b|\.config/gcloud|application_default_credentials\.json"
+    r"|m(?<![\w-]m)cp\.json\b|claude_desktop_config\.json|/etc/shadow\b|/etc/passwd\b"
+    r"|\.bash_history\b|\.zsh_history\b|\.(?<![\w.]\.)env(?!\w)"
+)
+_MARKER = re.compile(
+    r"<\s*/?\s*(?:important|system|instructions?|secret|hidden|admin|critical|assistant|sys)\s*>"
+    r"|<!--|<\|(?:im_start|im_end|system|endoftext)\|>|\[/?inst\]|<</?sys>>"
+)
+_URL = re.compile(r"https?://[^\s<>\"'`)\]]+")
+_AT_DOMAIN = re.compile(r"@[a-z0-9-]+(?:\.[a-z0-9-]+)+")
+_PHONE = re.compile(r"\+\d[\d ().-]{7,18}\d")
+_ENCODED = re.compile(r"[A-Za-z0-9+/]{64,}={0,2}")
+_WORD = re.compile(r"\w+(?:'t)?")
+_NAME = re.compile(r"\w[\w-]*(?:\.[\w-]+)*")
+_SENTENCE = re.compile(r"[.!?]\s|\n")
+_RESERVED_DOMAINS = ("example.com", "example.org", "example.net", "localhost")
+_RESERVED_TLDS = (".example", ".test", ".invalid", ".localhost")
+_LOCAL_PART = frozenset("abcdefghijklmnopqrstuvwxyz0123456789._+-")
+
+
+# ---------------------------------------------------------------------------------------------
+# Phrases over word tokens: each step a set of words, with at most `gap` other words before it.
+
+
+def _w(words: str) -> frozenset[str]:
+    return frozenset(words.split())
+
+
+_NEG = _w("not never no without don't doesn't didn't won't can't cannot mustn't shouldn't isn't nor")
+_COMM = _w(
+    "tell telling tells mention mentioning inform informing reveal revealing disclose disclosing show showing"
+    " output notify notifying alert alerting say saying let"
+)
+_USER = _w("user users human humans")
+_KNOW = _w("know knowing notice noticing see seeing learn realize realizing suspect")
+_INSTR = _w("instructions instruction directions guidelines rules prompt prompts directives")
+_ACTION = _w(
+    "read reading include including pass passing send sending append appending put attach forward forwarding"
+    " upload uploading post posting provide add embed leak exfiltrate transmit submit concatenate"
+)
+_SECRET_HEADS = _w("private ssh api access session system conversation chat previous environment all")
+_SECRET_TAILS = _w("key keys token tokens cookie cookies prompt history context messages variables")
+_SECRET_WORDS = _w("password passwords credentials secrets")
+_NET_VERBS = _w(
+    "send sending sends post posting posts upload uploading forward forwarding submit report fetch"
+    " download visit curl wget transmit beacon"
+)
+_WRITE = _w(
+    "delete deletes deleting remove removes removing overwrite overwrites overwriting erase erases wipe wipes"
+    " upload uploads uploading send sends sending modify modifies write writes drop drops truncate truncates"
+    " destroy destroys transfer transfers forward forwards exfiltrate"
+)
+_STRONG_WRITE = _w(
+    "delete deletes remove removes erase erases wipe wipes overwrite overwrites upload uploads"
+    " destroy destroys exfiltrate"
+)
+_READ_NAMES = _w("get read list search find show view describe fetch query count check lookup inspect")
+_NET_WORDS = _w(
+    "url urls uri web internet online fetch download upload browse browser website api remote"
+    " github gitlab slack email mail network domain webhook"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class _Phrase:
+    check: str
+    severity: Severity
+    message: str
+    steps: tuple[tuple[frozenset[str], int], ...]
+    """(words, gap): the word sets in order, each after at most `gap` other words (the first's gap is unused)."""
+
+
+def _p(check: str, severity: Severity, message: str, *steps: tuple[frozenset[str], int]) -> _Phrase:
+    return _Phrase(check, severity, message, steps)
+
+
+_OVERRIDE = "text that tells the model to drop its instructions"
+_SECRECY = "text that asks the model to keep something from the user"
+_TRIGGER = "text that makes the tool run around every other call"
+_REDIRECT = "text that redirects what other tools do"
+_PHRASES = (
+    _p(
+        "hidden.override",
+        Severity.HIGH,
+        _OVERRIDE,
+        (_w("ignore ignoring disregard disregarding forget"), 0),
+        (_INSTR, 4),
+    ),
+    _p(
+        "hidden.override",
+        Severity.HIGH,
+        _OVERRIDE,
+        (_w("override overrides overriding supersede supersedes"), 0),
+        (_w("other previous prior all any your existing system"), 2),
+        (_INSTR, 1),
+    ),
+    _p("hidden.override", Severity.HIGH, _OVERRIDE, (_w("new"), 0), (_w("instructions directives"), 0)),
+    _p("hidden.override", Severity.HIGH, _OVERRIDE, (_w("you"), 0), (_w("are"), 0), (_w("now"), 0)),
+    _p("hidden.secrecy", Severity.HIGH, _SECRECY, (_NEG, 0), (_COMM, 2), (_USER, 4)),
+    _p("hidden.secrecy", Severity.HIGH, _SECRECY, (_USER, 0), (_NEG, 3), (_KNOW, 3)),
+    _p("hidden.secrecy", Severity.HIGH, _SECRECY, (_NEG, 0), (_USER, 2), (_KNOW, 1)),
+    _p("hidden.secrecy", Severity.HIGH, _SECRECY, (_w("hide hiding conceal concealing"), 0), (_USER, 4)),
+    _p(
+        "hidden.secrecy",
+        Severity.HIGH,
+        _SECRECY,
+        (_w("silently secretly covertly quietly discreetly"), 0),
+        (_ACTION, 0),
+    ),
+    _p(
+        "hidden.trigger",
+        Severity.MEDIUM,
+        _TRIGGER,
+        (_w("before after whenever every each"), 0),
+        (_w("any every all each"), 2),
+        (_w("tool tools call calls request requests operation operations server servers function functions"), 2),
+    ),
+    _p(
+        "hidden.trigger",
+        Severity.MEDIUM,
+        _TRIGGER,
+        (_w("always"), 0),
+        (_w("call use run invoke execute"), 1),
+        (_w("first before beforehand"), 3),
+    ),
+    _p(
+        "shadow.redirect",
+        Severity.MEDIUM,
+        _REDIRECT,
+        (_w("instead"), 0),
+        (_w("of"), 0),
+        (_w("tool tools server servers"), 4),
+    ),
+    _p("shadow.redirect", Severity.MEDIUM, _REDIRECT, (_w("side"), 0), (_w("effect effects"), 0), (_w("on"), 1)),
+    _p(
+        "shadow.redirect",
+        Severity.MEDIUM,
+        _REDIRECT,
+        (_w("change changing redirect redirecting rewrite"), 0),
+        (_w("recipient recipients destination receiver addressee"), 2),
+    ),
+)
+_FIRST: dict[str, list[_Phrase]] = {}
+for _phrase in _PHRASES:
+    for _word in _phrase.steps[0][0]:
+        _FIRST.setdefault(_word, []).append(_phrase)
+
+
+def _match(words: list[str], i: int, phrase: _Phrase) -> int | None:
+    """The index of the last word of `phrase` starting at word `i`, within its sentence, or None."""
+    at = i
+    for wanted, gap in phrase.steps[1:]:
+        for j in range(at + 1, min(len(words), at + 2 + gap)):
+            if words[j] in wanted:
+                at = j
+                break
+            if words[j] in _BOUNDARY:
+                return None
+        else:
+            return None
+    return at
+
+
+# ---------------------------------------------------------------------------------------------
+# A definition's texts are joined with newlines (a sentence boundary, so no phrase spans two
+# texts) and every pattern runs once over the whole: per-call overhead, not text, is what a
+# scan of small descriptions costs.
+
+_TOKEN = re.compile(r"\w+(?:'t)?|[.!?](?=\s)|\n")
+_BOUNDARY = frozenset(".!?\n")
+# Most texts name no credential at all: a plain search for the literals the patterns need first.
+_CREDENTIAL_HINT = re.compile(
+    r"ssh|id_|\.(?:aws|netrc|pgpass|git-|npmrc|pypirc|docker|kube|gnupg|config|env|bash|zsh)|mcp\.json|claude_|/etc/|credentials\.json"
+)
+
+
+@dataclass(slots=True)
+class _Text:
+    where: str
+    text: str
+    prose: bool
+    """Written for a reader (a description, a title, a schema string), not a name or a key."""
+
+
+class _Scan:
+    """One definition's joined texts, folded, and the findings so far."""
+
+    def __init__(self, texts: list[_Text], others: frozenset[str], network: bool) -> None:
+        self.texts = texts
+        self.others = others
+        self.network = network
+        self.out: list[Finding] = []
+        self.starts: list[int] = []
+        at = 0
+        for t in texts:
+            self.starts.append(at)
+            at += len(t.text) + 1
+        self.joined = "\n".join(t.text for t in texts)
+        self.folded, self.where = _fold(self.joined)
+
+    def locate(self, start: int, end: int, *, folded: bool = True) -> tuple[_Text, int, int] | None:
+        """The text a span of the folded (or joined) string lies in, and the span within it."""
+        if folded and self.where is not None:
+            start, end = self.where[start], (self.where[end - 1] + 1 if end > start else self.where[start])
+        n = bisect.bisect_right(self.starts, start) - 1
+        t = self.texts[n]
+        return t, start - self.starts[n], min(end - self.starts[n], len(t.text))
+
+    def add(self, check: str, severity: Severity, span: tuple[int, int], message: str, *, folded: bool = True,
+            prose_only: bool = True) -> None:  # fmt: skip
+        located = self.locate(*span, folded=folded)
+        if located is None:
+            return
+        t, start, end = located
+        if prose_only and not t.prose:
+            return
+        self.out.append(Finding(check, severity, t.where, start, end, _excerpt(t.text[start:end]), message))
+
+    def run(self) -> None:
+        self._unicode()
+        folded = self.folded
+        if _CREDENTIAL_HINT.search(folded):
+            for m in _CREDENTIAL.finditer(folded):
+                self.add("exfil.credential_path", Severity.HIGH, m.span(), "a credential file or directory",
+                         prose_only=False)  # fmt: skip
+        if "<" in folded or "[" in folded:
+            for m in _MARKER.finditer(folded):
+                self.add("hidden.marker", Severity.HIGH, m.span(), "a tag or role marker addressed to the model")
+        for m in _ENCODED.finditer(self.joined):
+            run = m.group()
+            if not run.islower() and not run.isupper() and any(c.isdigit() for c in run):
+                self.add("hidden.encoded", Severity.MEDIUM, m.span(), "a long encoded payload", folded=False)
+        if "@" in folded or "+" in folded:
+            self._recipients()
+        self._words()
+
+    def _unicode(self) -> None:
+        text = self.joined
+        if text.isascii() and text.isprintable():
+            return
+        for match in _SUSPECT.finditer(text):
+            # A run can mix kinds (a tag sequence after a zero-width space): one finding per kind's stretch.
+            start = match.start()
+            while start < match.end():
+                kind = _kind_of(text[start])
+                end = start + 1
+                while end < match.end() and _kind_of(text[end]) == kind:
+                    end += 1
+                if not _benign_run(text, start, end, kind):
+                    severity, message = _UNICODE[kind]
+                    self.add(kind, severity, (start, end), message, folded=False, prose_only=False)
+                start = end
+
+    def _recipients(self) -> None:
+        folded = self.folded
+        for m in _AT_DOMAIN.finditer(folded):
+            domain = m.group()[1:]
+            tld = domain.rsplit(".", 1)[-1]
+            if not tld.isalpha() or len(tld) < 2 or domain in _RESERVED_DOMAINS or domain.endswith(_RESERVED_TLDS):
+                continue
+            local = m.start()
+            while local > 0 and m.start() - local < 64 and folded[local - 1] in _LOCAL_PART:
+                local -= 1
+            if local < m.start():
+                self.add("exfil.recipient", Severity.HIGH, (local, m.end()), "a hard-coded e-mail address")
+        for m in _PHONE.finditer(folded):
+            if sum(c.isdigit() for c in m.group()) >= 9:
+                self.add("exfil.recipient", Severity.HIGH, m.span(), "a hard-coded phone number")
+
+    def _words(self) -> None:
+        folded = self.folded
+        words: list[str] = _TOKEN.findall(folded)
+        present = set(words)
+        spans: list[tuple[int, int]] = []
+
+        def span(first: int, last: int) -> tuple[int, int]:
+            if not spans:  # positions only once something matched: most definitions match nothing
+                spans.extend(m.span() for m in _TOKEN.finditer(folded))
+            return spans[first][0], spans[last][1]
+
+        if not present.isdisjoint(_FIRST):
+            for i, word in enumerate(words):
+                for phrase in _FIRST.get(word, ()):
+                    last = _match(words, i, phrase)
+                    if last is not None:
+                        self.add(phrase.check, phrase.severity, span(i, last), phrase.message)
+        if not present.isdisjoint(_ACTION) and not present.isdisjoint(_SECRET_WORDS | _SECRET_HEADS):
+            for first, last in _secrets(words):
+                self.add("exfil.secret", Severity.HIGH, span(first, last), "a secret the text asks to pass along")
+        if not self.network and "http" in folded:
+            for m in _URL.finditer(folded):
+                sentence = set(_TOKEN.findall(folded, *_sentence_around(folded, *m.span())))
+                if not sentence.isdisjoint(_NET_VERBS) or "?" in m.group() or "{" in m.group():
+                    self.add("exfil.url", Severity.MEDIUM, m.span(), "a URL to send to, in a tool without network use")
+        if self.others:
+            for m in _NAME.finditer(folded):
+                name = m.group()[:128]
+                if name in self.others or any(name[k + 1 :] in self.others for k, c in enumerate(name) if c in "_."):
+                    self.add("shadow.other_tool", Severity.HIGH, m.span(), "names another server's tool")
+
+
+def _sentence_around(text: str, start: int, end: int) -> tuple[int, int]:
+    """The bounds of the sentence holding text[start:end] (a URL's own dots do not end it)."""
+    begin = max(text.rfind(mark, 0, start) for mark in _ENDS) + 1
+    after = [at for mark in _ENDS if (at := text.find(mark, end)) >= 0]
+    return begin, min(after, default=len(text))
+
+
+_ENDS = ("\n", ". ", "! ", "? ")
+
+
+def _secrets(words: list[str]) -> Iterator[tuple[int, int]]:
+    """(first, last) word of each secret named in a sentence that also asks for an action on it."""
+    begin = 0
+    while begin < len(words):
+        stop = begin
+        while stop < len(words) and words[stop] not in _BOUNDARY:
+            stop += 1
+        if not _ACTION.isdisjoint(words[begin:stop]):
+            for i in range(begin, stop):
+                if words[i] in _SECRET_WORDS:
+                    yield i, i
+                elif words[i] in _SECRET_HEADS and i + 1 < stop and words[i + 1] in _SECRET_TAILS:
+                    yield i, i + 1
+        begin = stop + 1
+
+
+@functools.lru_cache(maxsize=64)
+def _distinct(others: frozenset[str]) -> frozenset[str]:
+    return frozenset(n.lower() for n in others if any(c in n for c in "_-."))
+
+
+def _distinctive(others: Collection[str]) -> frozenset[str]:
+    """The names worth looking for: with `_`, `-` or `.` (a plain word such as "search" is prose)."""
+    if not others:
+        return frozenset()
+    return _distinct(others if isinstance(others, frozenset) else frozenset(others))
+
+
+_PROSE_KEYS = frozenset({"description", "title", "$comment", "default", "examples", "enum", "const"})
+
+
+def _texts(kind: str, definition: Mapping[str, Any]) -> list[_Text]:
+    texts = [
+        _Text(key, value, prose=key in ("title", "description"))
+        for key in ("name", "uriTemplate", "title", "description")
+        if isinstance(value := definition.get(key), str)
+    ]
+    annotations = definition.get("annotations")
+    if isinstance(annotations, Mapping) and isinstance(title := annotations.get("title"), str):
+        texts.append(_Text("annotations.title", title, prose=True))
+    if kind == "prompt" and isinstance(arguments := definition.get("arguments"), list):
+        for n, argument in enumerate(arguments[:256]):
+            if isinstance(argument, Mapping):
+                for key in ("name", "title", "description"):
+                    if isinstance(value := argument.get(key), str):
+                        texts.append(_Text(f"arguments[{n}].{key}", value, prose=key != "name"))
+    for key in ("inputSchema", "outputSchema"):
+        if isinstance(schema := definition.get(key), Mapping):
+            _schema_texts(schema, key, texts)
+    return texts
+
+
+def _schema_texts(schema: Mapping[str, Any], root: str, texts: list[_Text]) -> None:
+    """A schema's prose (descriptions, titles, enums, defaults, examples) and property names;
+    not its keywords' values (`type`, `format`, `pattern`), which are no text for a reader.
+    Iterative, depth-first in document order, `_MAX_DEPTH` deep at most."""
+    stack: list[tuple[Any, str, bool, int]] = [(schema, root, False, 0)]
+    while stack:
+        node, where, prose, depth = stack.pop()
+        if type(node) is str:
+            texts.append(_Text(where, node, prose=True))
+        elif depth > _MAX_DEPTH:
+            continue
+        elif isinstance(node, Mapping):
+            children = []
+            for key, value in node.items():
+                kind = type(value)
+                if kind is str:
+                    if prose or key in _PROSE_KEYS:
+                        children.append((value, f"{where}.{key}", True, depth))
+                elif kind is dict or kind is list or isinstance(value, (Mapping, list)):
+                    inner = prose or key in _PROSE_KEYS
+                    if not inner and key in _NAMED and isinstance(value, Mapping):
+                        texts.extend(
+                            _Text(f"{where}.{key}.{name}", name, prose=False) for name in value if type(name) is str
+                        )
+                    children.append((value, f"{where}.{key}", inner, depth + 1))
+            stack.extend(reversed(children))
+        elif isinstance(node, list):
+            items = [
+                (item, f"{where}[{n}]", prose, depth + 1)
+                for n, item in enumerate(node)
+                if (prose and type(item) is str) or isinstance(item, (Mapping, list))
+            ]
+            stack.extend(reversed(items))
+
+
+_NAMED = frozenset({"properties", "patternProperties"})
+
+
+def _networked(definition: Mapping[str, Any]) -> bool:
+    """Whether the tool plausibly talks to the network: its annotations say so, or its name, its
+    description or a parameter does (a `url` property, a `uri` format)."""
+    annotations = definition.get("annotations")
+    if isinstance(annotations, Mapping) and annotations.get("openWorldHint") is False:
+        return False
+    parts = [value[:MAX_TEXT] for key in ("name", "description") if isinstance(value := definition.get(key), str)]
+    schema = definition.get("inputSchema")
+    properties = schema.get("properties") if isinstance(schema, Mapping) else None
+    if isinstance(properties, Mapping):
+        for name, prop in list(properties.items())[:256]:
+            if isinstance(name, str):
+                parts.append(name[:128])
+            if isinstance(prop, Mapping) and prop.get("format") in ("uri", "url", "iri", "uri-reference"):
+                return True
+    # The words, not a URL in the text: a link is what the check looks at, not a sign of network use.
+    return not _NET_WORDS.isdisjoint(_SPLIT.split(_URL.sub(" ", " ".join(parts).lower())))
+
+
+_SPLIT = re.compile(r"[^a-z0-9]+")
+
+
+def _capability(definition: Mapping[str, Any], scan: _Scan) -> None:
+    description = definition.get("description")
+    if not isinstance(description, str):
+        return
+    annotations = definition.get("annotations")
+    annotations = annotations if isinstance(annotations, Mapping) else {}
+    name = definition.get("name")
+    first = _FIRST_PART.split(name[:128], maxsplit=1)[0].lower() if isinstance(name, str) else ""
+    if annotations.get("readOnlyHint") is True:
+        verbs, check, message = _WRITE, "capability.read_only", "marked read-only, but the description writes or sends"
+    elif first in _READ_NAMES and annotations.get("destructiveHint") is not True:
+        verbs, check, message = (
+            _STRONG_WRITE,
+            "capability.name",
+            "named for reading, but the description deletes or sends",
+        )
+    else:
+        return
+    text = description[:MAX_TEXT]
+    folded, where = _fold(text)
+    words = [(m.group(), m.start(), m.end()) for m in _WORD.finditer(folded)]
+    if not any(w in verbs for w, _, _ in words):
+        return
+    for i, (word, s, e) in enumerate(words):
+        if word in verbs and not any(words[j][0] in _NEG for j in range(max(0, i - 3), i)):
+            span = (s, e) if where is None else (where[s], where[e - 1] + 1)
+            t = _Text("description", text, prose=True)
+            scan.out.append(Finding(check, Severity.MEDIUM, t.where, *span, _excerpt(text[span[0] : span[1]]), message))
+            return
+
+
+_FIRST_PART = re.compile(r"[_\-.\s]|(?<=[a-z])(?=[A-Z])")
+
+
+def scan(kind: str, definition: Mapping[str, Any], *, others: Collection[str] = ()) -> tuple[Finding, ...]:
+    """The findings of one definition, in the order of its texts.
+
+    Args:
+        kind: `tool`, `prompt` or `resource_template`.
+        definition: The definition as the server sent it, as JSON data (camelCase keys).
+        others: Lower-case names of the tools of *other* servers: a description naming one is shadowing.
+            Only distinctive names count (with `_`, `-` or `.`), so that "search" or "fetch" in prose does not.
+    """
+    texts: list[_Text] = []
+    budget = MAX_TOTAL
+    for t in _texts(kind, definition):
+        if budget <= 0:
+            break
+        t.text = t.text[: min(MAX_TEXT, budget)]
+        budget -= len(t.text) + 1
+        texts.append(t)
+    state = _Scan(texts, _distinctive(others), _networked(definition) if kind == "tool" else False)
+    state.run()
+    if kind == "tool":
+        _capability(definition, state)
+    order = {t.where: n for n, t in reversed(list(enumerate(texts)))}
+    state.out.sort(key=lambda f: (order.get(f.where, 0), f.start))
+    return tuple(state.out[:_MAX_FINDINGS])
