@@ -160,6 +160,11 @@ startup_timeout_sec = 20
 [mcp_servers.github.env]
 GITHUB_TOKEN = "PAT"
 
+[mcp_servers.local]
+command = "local-server"
+env = { PORT = 8080, DEBUG = true }
+
+
 [mcp_servers.linear]
 url = "https://mcp.linear.app/mcp"
 bearer_token_env_var = "LINEAR_TOKEN"
@@ -174,6 +179,7 @@ enabled = false
         "env": {"GITHUB_TOKEN": "${GITHUB_TOKEN}"},
         "connect_timeout": 20,
     }
+    assert servers["local"] == {"command": "local-server", "env": {"PORT": "8080", "DEBUG": "true"}}
     assert servers["linear"] == {
         "url": "https://mcp.linear.app/mcp",
         "headers": {"Authorization": "Bearer ${LINEAR_TOKEN}"},

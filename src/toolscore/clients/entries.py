@@ -140,6 +140,12 @@ def _common(client: Client, raw: dict[str, Any]) -> dict[str, Any]:
     return entry
 
 
+def _text(value: Any) -> Any:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value) if isinstance(value, int | float) else value
+
+
 def read_entries(
     client: Client, document: Mapping[str, Any], where: Where | None = None
 ) -> tuple[list[Imported], list[str]]:
@@ -181,6 +187,10 @@ def normalized(
         entry = _common(client, entry)
     if disabled:
         entry["disabled"] = True
+    for key in ("env", "headers"):
+        if isinstance(values := entry.get(key), Mapping):
+            # Clients hand these to a process or a request as text: `8080` and `true` are meant as such.
+            entry[key] = {k: _text(v) for k, v in values.items()}
     item = Imported(name, {}, [])
     dropped = sorted(k for k in entry if k not in _KNOWN)
     item.entry = {k: _strings(client, v, item, where) for k, v in entry.items() if k in _KNOWN}
