@@ -32,7 +32,7 @@ from toolscore.downstream.connection import ServerState
 from toolscore.downstream.hub import DownstreamHub
 from toolscore.scope import NO_CLIENT
 
-__all__ = ["FrontPeer", "LogLevels", "install_logging", "install_roots"]
+__all__ = ["FrontPeer", "FrontPeers", "LogLevels", "LoggingHandlers", "RootsHandlers"]
 
 log = structlog.get_logger("toolscore.forward")
 
@@ -224,14 +224,46 @@ class FrontPeer(Peer):
             log.debug("log message not delivered", server=server, error=str(exc))
 
 
-def install_logging(server: Server[Any], hub: DownstreamHub, levels: LogLevels) -> None:
-    """Serve `logging/setLevel` (it declares `logging`): remember it per client, pass it downstream."""
+class FrontPeers:
+    """The back-channel peer of each front request, over the clients' log levels and each server's
+    `sampling` option."""
+
+    def __init__(self, hub: DownstreamHub, levels: LogLevels) -> None:
+        """Args:
+        hub: Holds the config, read at each request for the server's `sampling` option.
+        levels: Each client's `logging/setLevel` (`LoggingHandlers` sets them).
+        """
+        self._hub = hub
+        self.levels = levels
+        self._sampling: SamplingPolicy = self.sampling  # bound once: `peer` runs on every call
+
+    def sampling(self, server: str) -> str:
+        """The `sampling` option of `server` (`deny` for a server not configured)."""
+        found = self._hub.config.servers.get(server)
+        return found.sampling if found is not None else "deny"
+
+    def peer(self, ctx: ServerRequestContext[Any]) -> FrontPeer:
+        """The client of the request `ctx`, as the downstreams serving it see it."""
+        return FrontPeer(ctx, self.levels, self._sampling)
+
+
+class LoggingHandlers:
+    """`logging/setLevel` (the front declares `logging`): remembered per client, passed downstream."""
+
+    def __init__(self, hub: DownstreamHub, levels: LogLevels) -> None:
+        self._hub = hub
+        self._levels = levels
+
+    def register(self, server: Server[Any]) -> None:
+        """Serve `logging/setLevel` on `server`."""
+        server.add_request_handler("logging/setLevel", mcp_types.SetLevelRequestParams, self.set_level)
 
     async def set_level(
-        ctx: ServerRequestContext[Any], params: mcp_types.SetLevelRequestParams
+        self, ctx: ServerRequestContext[Any], params: mcp_types.SetLevelRequestParams
     ) -> mcp_types.EmptyResult:
-        levels.set(ctx, params.level)
-        for downstream in hub.downstreams.values():
+        """Remember the client's level, and ask every server that is up and logs for it."""
+        self._levels.set(ctx, params.level)
+        for downstream in self._hub.downstreams.values():
             downstream.log_level = params.level
             caps = downstream.capabilities
             if caps is None or caps.logging is None or downstream.state is not ServerState.UP:
@@ -244,24 +276,32 @@ def install_logging(server: Server[Any], hub: DownstreamHub, levels: LogLevels) 
                 log.info("logging/setLevel not passed on", server=downstream.name, error=str(exc))
         return mcp_types.EmptyResult()
 
-    server.add_request_handler("logging/setLevel", mcp_types.SetLevelRequestParams, set_level)
-
 
 ROOTS_ANSWER_WINDOW = 5.0
 """Seconds after a client's roots change during which a server's `roots/list` goes to that client."""
 
 
-def install_roots(
-    server: Server[Any],
-    hub: DownstreamHub,
-    identify: Callable[[ServerRequestContext[Any]], str],
-    peer_for: Callable[[ServerRequestContext[Any]], FrontPeer],
-) -> None:
-    """Pass a client's `notifications/roots/list_changed` on to the servers it may use."""
+class RootsHandlers:
+    """A client's `notifications/roots/list_changed`, passed on to the servers it may use."""
 
-    async def roots_changed(ctx: ServerRequestContext[Any], params: mcp_types.NotificationParams) -> None:
-        peer = peer_for(ctx)
+    def __init__(
+        self,
+        hub: DownstreamHub,
+        identify: Callable[[ServerRequestContext[Any]], str],
+        peer_for: Callable[[ServerRequestContext[Any]], FrontPeer],
+    ) -> None:
+        self._hub = hub
+        self._identify = identify
+        self._peer_for = peer_for
+
+    def register(self, server: Server[Any]) -> None:
+        """Take `notifications/roots/list_changed` on `server`."""
+        server.add_notification_handler(
+            "notifications/roots/list_changed", mcp_types.NotificationParams, self.roots_changed
+        )
+
+    async def roots_changed(self, ctx: ServerRequestContext[Any], params: mcp_types.NotificationParams) -> None:
+        """Tell the client's servers; a `roots/list` they send back soon is answered by this client."""
+        peer = self._peer_for(ctx)
         # In the background: the servers ask back at once, and that must not hold up this client.
-        hub.roots_changed(identify(ctx), peer, ROOTS_ANSWER_WINDOW)
-
-    server.add_notification_handler("notifications/roots/list_changed", mcp_types.NotificationParams, roots_changed)
+        self._hub.roots_changed(self._identify(ctx), peer, ROOTS_ANSWER_WINDOW)

@@ -32,7 +32,7 @@ from toolscore.front.catalog import install_catalog
 from toolscore.front.confirm import Sealer, confirmer
 from toolscore.front.express import ExpressLane
 from toolscore.front.fast import FastCalls
-from toolscore.front.forward import FrontPeer, LogLevels, install_logging, install_roots
+from toolscore.front.forward import FrontPeers, LoggingHandlers, LogLevels, RootsHandlers
 from toolscore.front.lanes import Lanes
 from toolscore.front.plan_tasks import PlanTasks
 from toolscore.front.relaying import front_call_of
@@ -227,15 +227,9 @@ def build_server(
     """The front server over `hub`'s tools, calling through `engine`, plus `orchestrate` (and the ToolHub's tools)."""
     sessions: dict[int, ServerSession] = {}
     bus = InMemorySubscriptionBus()
-    levels = LogLevels()
+    peers = FrontPeers(hub, LogLevels())
+    peer_for = peers.peer
     sealer = Sealer()
-
-    def sampling(server: str) -> str:
-        found = hub.config.servers.get(server)
-        return found.sampling if found is not None else "deny"
-
-    def peer_for(ctx: ServerRequestContext[Any]) -> FrontPeer:
-        return FrontPeer(ctx, levels, sampling)
 
     async def list_tools(
         ctx: ServerRequestContext[Any], params: mcp_types.PaginatedRequestParams | None
@@ -437,10 +431,10 @@ def build_server(
     server.fast = FastCalls(hot_call, serves=lambda name: lanes.hot(name, plan=name == ORCHESTRATE), lane_for=lane_for)
     server.add_notification_handler("notifications/initialized", mcp_types.NotificationParams, on_initialized)
     server.available = hub.capable
-    install_logging(server, hub, levels)
+    LoggingHandlers(hub, peers.levels).register(server)
     install_catalog(server, hub, engine, callers, sessions, bus, peer_for)
     server.plan_tasks = install_tasks(server, hub, engine, callers, peer_for, plans=orchestrator.refusal is None)
-    install_roots(server, hub, callers.identify, peer_for)
+    RootsHandlers(hub, callers.identify, peer_for).register(server)
 
     async def tools_changed() -> None:
         for session in list(sessions.values()):
