@@ -15,7 +15,7 @@ when its server restarts. `resources/updated` goes to the connections subscribed
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import mcp_types
@@ -29,7 +29,6 @@ from mcp.server.subscriptions import InMemorySubscriptionBus, PromptsListChanged
 from toolscore._engine import ToolExecutionEngine
 from toolscore._sdk import connection_of
 from toolscore.downstream.backchannel import Peer, on_behalf_of
-from toolscore.downstream.catalog import Catalog
 from toolscore.downstream.hub import DownstreamHub
 from toolscore.downstream.modern import FrontCall
 from toolscore.downstream.registry import Route
@@ -38,7 +37,7 @@ from toolscore.front.callers import Callers
 from toolscore.front.relaying import front_call_of
 from toolscore.scope import NO_CLIENT
 
-__all__ = ["READ_TOOL", "install_catalog"]
+__all__ = ["READ_TOOL", "CatalogHandlers", "PeerFor"]
 
 log = structlog.get_logger("toolscore.catalog")
 
@@ -117,46 +116,78 @@ class _Subscriptions:
         return False
 
 
-def install_catalog(
-    server: Server[Any],
-    hub: DownstreamHub,
-    engine: ToolExecutionEngine,
-    callers: Callers,
-    sessions: dict[int, ServerSession],
-    bus: InMemorySubscriptionBus,
-    peer_for: PeerFor,
-) -> None:
-    """Register the resource, prompt and completion handlers on `server`, and the hub listeners."""
-    subscriptions = _Subscriptions()
+class CatalogHandlers:
+    """The front's resource, prompt and completion handlers, over the hub's catalog."""
 
-    def catalog() -> Catalog:
-        return hub.catalog
+    def __init__(
+        self,
+        hub: DownstreamHub,
+        engine: ToolExecutionEngine,
+        callers: Callers,
+        sessions: Mapping[int, ServerSession],
+        bus: InMemorySubscriptionBus,
+        peer_for: PeerFor,
+    ) -> None:
+        """Args:
+        hub: The downstreams, their catalog, and the requests sent to them.
+        engine: Runs a read as the pseudo-tool `resources/read` (policy, deadline, audit).
+        callers: Who is calling.
+        sessions: The handshake-era front connections, told when the lists change.
+        bus: The 2026-07-28 listeners' subscription bus.
+        peer_for: The client of a request, for its server's requests and logs.
+        """
+        self._hub = hub
+        self._engine = engine
+        self._callers = callers
+        self._sessions = sessions
+        self._bus = bus
+        self._peer_for = peer_for
+        self._subscriptions = _Subscriptions()
 
-    def owner(uri: str) -> tuple[str, str]:
-        found = catalog().route_uri(uri)
+    def register(self, server: Server[Any]) -> None:
+        """Register the resource, prompt and completion handlers on `server`, and the hub listeners."""
+        handlers: list[tuple[str, type[Any], Any]] = [
+            ("resources/list", mcp_types.PaginatedRequestParams, self.list_resources),
+            ("resources/templates/list", mcp_types.PaginatedRequestParams, self.list_templates),
+            ("resources/read", mcp_types.ReadResourceRequestParams, self.read_resource),
+            ("resources/subscribe", mcp_types.SubscribeRequestParams, self.subscribe),
+            ("resources/unsubscribe", mcp_types.UnsubscribeRequestParams, self.unsubscribe),
+            ("prompts/list", mcp_types.PaginatedRequestParams, self.list_prompts),
+            ("prompts/get", mcp_types.GetPromptRequestParams, self.get_prompt),
+            ("completion/complete", mcp_types.CompleteRequestParams, self.complete),
+        ]
+        for method, params_type, handler in handlers:
+            server.add_request_handler(method, params_type, handler)
+        self._hub.add_update_listener(self.updated)
+        self._hub.add_catalog_listener(self.changed)
+
+    def _owner(self, uri: str) -> tuple[str, str]:
+        found = self._hub.catalog.route_uri(uri)
         if found is None:
             raise _not_found(uri)
         return found
 
     async def list_resources(
-        ctx: ServerRequestContext[Any], params: mcp_types.PaginatedRequestParams | None
+        self, ctx: ServerRequestContext[Any], params: mcp_types.PaginatedRequestParams | None
     ) -> mcp_types.ListResourcesResult:
-        return mcp_types.ListResourcesResult(resources=catalog().listed_resources())
+        return mcp_types.ListResourcesResult(resources=self._hub.catalog.listed_resources())
 
     async def list_templates(
-        ctx: ServerRequestContext[Any], params: mcp_types.PaginatedRequestParams | None
+        self, ctx: ServerRequestContext[Any], params: mcp_types.PaginatedRequestParams | None
     ) -> mcp_types.ListResourceTemplatesResult:
-        return mcp_types.ListResourceTemplatesResult(resource_templates=catalog().listed_templates())
+        return mcp_types.ListResourceTemplatesResult(resource_templates=self._hub.catalog.listed_templates())
 
     async def read_resource(
-        ctx: ServerRequestContext[Any], params: mcp_types.ReadResourceRequestParams
+        self, ctx: ServerRequestContext[Any], params: mcp_types.ReadResourceRequestParams
     ) -> mcp_types.ReadResourceResult:
+        """A read from the server that owns the URI, through the engine as `resources/read`."""
         uri = str(params.uri)
-        name, original = owner(uri)
-        caller = callers.identify(ctx)
+        name, original = self._owner(uri)
+        caller = self._callers.identify(ctx)
         what = f"the read of '{uri}'"
+        hub = self._hub
 
-        with on_behalf_of(caller, peer_for(ctx), ctx.protocol_version) as scope:
+        with on_behalf_of(caller, self._peer_for(ctx), ctx.protocol_version) as scope:
 
             async def invoke() -> mcp_types.CallToolResult:
                 request = mcp_types.ReadResourceRequest(params=mcp_types.ReadResourceRequestParams(uri=original))
@@ -168,7 +199,7 @@ def install_catalog(
                     raise DownstreamProtocolError.answered(name, what, exc.error) from None
                 blocks: list[mcp_types.ContentBlock] = []
                 for contents in result.contents:
-                    public = catalog().public_uri(name, str(contents.uri))
+                    public = hub.catalog.public_uri(name, str(contents.uri))
                     blocks.append(
                         mcp_types.EmbeddedResource(
                             type="resource", resource=contents.model_copy(update={"uri": public})
@@ -176,7 +207,7 @@ def install_catalog(
                     )
                 return mcp_types.CallToolResult(content=blocks, _meta=result.meta)
 
-            outcome = await engine.execute(
+            outcome = await self._engine.execute(
                 READ_TOOL,
                 {"uri": original},
                 request_id=ctx.request_id,
@@ -194,37 +225,38 @@ def install_catalog(
         return mcp_types.ReadResourceResult(contents=contents, _meta=outcome.result.meta)
 
     async def subscribe(
-        ctx: ServerRequestContext[Any], params: mcp_types.SubscribeRequestParams
+        self, ctx: ServerRequestContext[Any], params: mcp_types.SubscribeRequestParams
     ) -> mcp_types.EmptyResult:
+        """The URI's first subscriber subscribes downstream; a client that disconnects leaves."""
         uri = str(params.uri)
-        name, original = owner(uri)
-        downstream = hub.shared(name)
+        name, original = self._owner(uri)
+        downstream = self._hub.shared(name)
         if downstream is None:  # pragma: no cover - the catalog only routes to configured servers
             raise _not_found(uri)
         connection = connection_of(ctx.session)
-        first, new = subscriptions.add(uri, ctx)
+        first, new = self._subscriptions.add(uri, ctx)
         if new:  # a client that disconnects leaves its subscriptions
-            connection.exit_stack.push_async_callback(leave, uri, id(connection))
+            connection.exit_stack.push_async_callback(self._leave, uri, id(connection))
         if first:
             try:
-                await pass_on(name, original, subscribe=True)
+                await self._pass_on(name, original, subscribe=True)
             except MCPError:
-                subscriptions.remove(uri, id(connection))
+                self._subscriptions.remove(uri, id(connection))
                 raise
         return mcp_types.EmptyResult()
 
     async def unsubscribe(
-        ctx: ServerRequestContext[Any], params: mcp_types.UnsubscribeRequestParams
+        self, ctx: ServerRequestContext[Any], params: mcp_types.UnsubscribeRequestParams
     ) -> mcp_types.EmptyResult:
-        await leave(str(params.uri), id(connection_of(ctx.session)))
+        await self._leave(str(params.uri), id(connection_of(ctx.session)))
         return mcp_types.EmptyResult()
 
-    async def leave(uri: str, key: int) -> None:
-        if subscriptions.remove(uri, key) and (found := catalog().route_uri(uri)) is not None:
-            await pass_on(*found, subscribe=False)
+    async def _leave(self, uri: str, key: int) -> None:
+        if self._subscriptions.remove(uri, key) and (found := self._hub.catalog.route_uri(uri)) is not None:
+            await self._pass_on(*found, subscribe=False)
 
-    async def pass_on(name: str, original: str, *, subscribe: bool) -> None:
-        downstream = hub.shared(name)
+    async def _pass_on(self, name: str, original: str, *, subscribe: bool) -> None:
+        downstream = self._hub.shared(name)
         assert downstream is not None
         if subscribe:
             downstream.subscriptions.add(original)
@@ -241,16 +273,18 @@ def install_catalog(
                 downstream.subscriptions.discard(original)
                 raise
 
-    async def updated(uri: str) -> None:
-        for session in list(subscriptions.by_uri.get(uri, {}).values()):
+    async def updated(self, uri: str) -> None:
+        """`resources/updated` to the connections subscribed to `uri`, and to the listeners."""
+        for session in list(self._subscriptions.by_uri.get(uri, {}).values()):
             try:
                 await session.send_resource_updated(uri)
             except Exception as exc:  # a peer that went away must not stop the others
                 log.debug("resources/updated not delivered", error=str(exc))
-        await bus.publish(ResourceUpdated(uri=uri))
+        await self._bus.publish(ResourceUpdated(uri=uri))
 
-    async def changed(kinds: frozenset[str]) -> None:
-        for session in list(sessions.values()):
+    async def changed(self, kinds: frozenset[str]) -> None:
+        """`list_changed` of the resources and/or prompts to every connection and listener."""
+        for session in list(self._sessions.values()):
             try:
                 if "resources" in kinds:
                     await session.send_resource_list_changed()
@@ -259,19 +293,20 @@ def install_catalog(
             except Exception as exc:
                 log.debug("list_changed not delivered", error=str(exc))
         if "resources" in kinds:
-            await bus.publish(ResourcesListChanged())
+            await self._bus.publish(ResourcesListChanged())
         if "prompts" in kinds:
-            await bus.publish(PromptsListChanged())
+            await self._bus.publish(PromptsListChanged())
 
     async def list_prompts(
-        ctx: ServerRequestContext[Any], params: mcp_types.PaginatedRequestParams | None
+        self, ctx: ServerRequestContext[Any], params: mcp_types.PaginatedRequestParams | None
     ) -> mcp_types.ListPromptsResult:
-        return mcp_types.ListPromptsResult(prompts=catalog().listed_prompts())
+        return mcp_types.ListPromptsResult(prompts=self._hub.catalog.listed_prompts())
 
     async def get_prompt(
-        ctx: ServerRequestContext[Any], params: mcp_types.GetPromptRequestParams
+        self, ctx: ServerRequestContext[Any], params: mcp_types.GetPromptRequestParams
     ) -> mcp_types.GetPromptResult | mcp_types.InputRequiredResult:
-        route = catalog().prompts.get(params.name)
+        """The prompt from its server, its required arguments checked here first."""
+        route = self._hub.catalog.prompts.get(params.name)
         if route is None:
             raise MCPError(mcp_types.INVALID_PARAMS, f"Unknown prompt: {params.name}")
         given = params.arguments or {}
@@ -285,31 +320,36 @@ def install_catalog(
         )
         # A 2026-07-28 client's input-required rounds pass through: its answers down, the server's questions up.
         front = front_call_of(ctx, params.input_responses, params.request_state)
-        result: mcp_types.GetPromptResult | mcp_types.InputRequiredResult = await forward(
+        result: mcp_types.GetPromptResult | mcp_types.InputRequiredResult = await self._forward(
             ctx, route.server, request, mcp_types.GetPromptResult, f"prompt '{params.name}'", front
         )
         return result
 
     async def complete(
-        ctx: ServerRequestContext[Any], params: mcp_types.CompleteRequestParams
+        self, ctx: ServerRequestContext[Any], params: mcp_types.CompleteRequestParams
     ) -> mcp_types.CompleteResult:
+        """A completion from the server of the prompt or template, its reference in the server's names."""
+        catalog = self._hub.catalog
         ref = params.ref
         new_ref: mcp_types.PromptReference | mcp_types.ResourceTemplateReference
         if isinstance(ref, mcp_types.PromptReference):
-            prompt = catalog().prompts.get(ref.name)
+            prompt = catalog.prompts.get(ref.name)
             if prompt is None:
                 raise MCPError(mcp_types.INVALID_PARAMS, f"Unknown prompt: {ref.name}")
             name, new_ref = prompt.server, ref.model_copy(update={"name": prompt.remote_name})
         else:
-            found = catalog().route_template(ref.uri) or catalog().route_uri(ref.uri)
+            found = catalog.route_template(ref.uri) or catalog.route_uri(ref.uri)
             if found is None:
                 raise MCPError(mcp_types.INVALID_PARAMS, f"Unknown resource template: {ref.uri}")
             name, new_ref = found[0], ref.model_copy(update={"uri": found[1]})
         request = mcp_types.CompleteRequest(params=params.model_copy(update={"ref": new_ref, "meta": None}))
-        result: mcp_types.CompleteResult = await forward(ctx, name, request, mcp_types.CompleteResult, "a completion")
+        result: mcp_types.CompleteResult = await self._forward(
+            ctx, name, request, mcp_types.CompleteResult, "a completion"
+        )
         return result
 
-    async def forward(
+    async def _forward(
+        self,
         ctx: ServerRequestContext[Any],
         name: str,
         request: Any,
@@ -318,22 +358,7 @@ def install_catalog(
         front: FrontCall | None = None,
     ) -> Any:
         try:
-            with on_behalf_of(callers.identify(ctx), peer_for(ctx), ctx.protocol_version, front) as scope:
-                return await hub.request(name, request, result_type, what, scope=scope)
+            with on_behalf_of(self._callers.identify(ctx), self._peer_for(ctx), ctx.protocol_version, front) as scope:
+                return await self._hub.request(name, request, result_type, what, scope=scope)
         except ToolscoreError as exc:
             raise _failure(exc) from None
-
-    handlers: list[tuple[str, type[Any], Any]] = [
-        ("resources/list", mcp_types.PaginatedRequestParams, list_resources),
-        ("resources/templates/list", mcp_types.PaginatedRequestParams, list_templates),
-        ("resources/read", mcp_types.ReadResourceRequestParams, read_resource),
-        ("resources/subscribe", mcp_types.SubscribeRequestParams, subscribe),
-        ("resources/unsubscribe", mcp_types.UnsubscribeRequestParams, unsubscribe),
-        ("prompts/list", mcp_types.PaginatedRequestParams, list_prompts),
-        ("prompts/get", mcp_types.GetPromptRequestParams, get_prompt),
-        ("completion/complete", mcp_types.CompleteRequestParams, complete),
-    ]
-    for method, params_type, handler in handlers:
-        server.add_request_handler(method, params_type, handler)
-    hub.add_update_listener(updated)
-    hub.add_catalog_listener(changed)

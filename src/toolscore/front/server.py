@@ -28,7 +28,7 @@ from toolscore.downstream.backchannel import on_behalf_of
 from toolscore.downstream.hub import DownstreamHub
 from toolscore.errors import DownstreamProtocolError, InputRequired, Rejected
 from toolscore.front.callers import Callers
-from toolscore.front.catalog import install_catalog
+from toolscore.front.catalog import CatalogHandlers
 from toolscore.front.confirm import Sealer, confirmer
 from toolscore.front.express import ExpressLane
 from toolscore.front.fast import FastCalls
@@ -432,7 +432,7 @@ def build_server(
     server.add_notification_handler("notifications/initialized", mcp_types.NotificationParams, on_initialized)
     server.available = hub.capable
     LoggingHandlers(hub, peers.levels).register(server)
-    install_catalog(server, hub, engine, callers, sessions, bus, peer_for)
+    CatalogHandlers(hub, engine, callers, sessions, bus, peer_for).register(server)
     server.plan_tasks = install_tasks(server, hub, engine, callers, peer_for, plans=orchestrator.refusal is None)
     RootsHandlers(hub, callers.identify, peer_for).register(server)
 
