@@ -89,7 +89,10 @@ def test_a_sibling_reference_names_the_blocks_that_run_their_children_beside_eac
 def test_mustache_references_to_known_targets_are_repaired_with_a_warning() -> None:
     plan = check('<search id="a">x</search><fetch><fetch>{"url": "{{a.text}} {{ nope }} {{1}}"}</fetch></fetch>')
     assert plan.calls[1].arguments == {"url": "${a.text} {{ nope }} ${1}"}
-    assert [w.split()[3] for w in plan.warnings] == ["{{a.text}}", "{{1}}"]
+    assert plan.warnings == (
+        "step 2: read {{a.text}} as ${a.text}, {{1}} as ${1} (template braces {{...}}); "
+        "write references as ${id.path} or ${N.path}",
+    )
 
 
 def test_earlier_turns_of_the_episode_are_visible() -> None:

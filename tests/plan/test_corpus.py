@@ -188,7 +188,7 @@ RUNS: dict[str, tuple[str, list[tuple[str, str, dict[str, Any]]], str]] = {
     "mustache and a search hit list": (
         '<grep id="hits">x</grep><fx><echo>{"text": "{{hits[1].path}} of ${hits[*].line}"}</echo></fx>',
         [("search", "search_code", {"pattern": "x"}), ("fx", "echo", {"text": "src/b.py of [3,9]"})],
-        "read {{hits[1].path}} as ${...}",
+        "read {{hits[1].path}} as ${hits[1].path} (template braces",
     ),
     "ReAct agent: Thought/Action prose around the plan": (
         "Thought: I need the sum first.\nAction: I'll use <orchestrate> with an <fx> block.\n"

@@ -283,7 +283,17 @@ def test_the_size_cap_is_checked_before_parsing() -> None:
 
 def test_reading_stops_at_the_step_limit() -> None:
     assert problems("<search>x</search>" * 3, max_steps=2) == [
-        ("too_many_steps", "the plan has more than 2 steps, the limit; split it over several turns")
+        ("too_many_steps", "the plan has 3 steps; the limit is 2: split it over several turns")
+    ]
+    # The steps past the limit are counted, not read: server blocks, blocks, <think> and a wrapper
+    # as the parser reads them.
+    plan = (
+        '<plan><search>a</search><fetch><fetch>{"url": 1}</fetch><fetch>{}</fetch></fetch><think><search>no'
+        '</search></think><parallel><search>b</search><call server="s" tool="t"/></parallel></plan>'
+        "<execute_tools/><search>after the end</search>"
+    )
+    assert problems(plan, max_steps=1) == [
+        ("too_many_steps", "the plan has 5 steps; the limit is 1: split it over several turns")
     ]
 
 

@@ -33,7 +33,7 @@ CONTRACT: dict[str, tuple[str, dict[str, Any], str]] = {
     "too_many_steps": (
         "<search>x</search>" * 3,
         {"max_steps": 2},
-        '<plan_error code="too_many_steps" tag="search" line="1">the plan has more than 2 steps, the limit; split it over several turns</plan_error>',
+        '<plan_error code="too_many_steps" tag="search" line="1">the plan has 3 steps; the limit is 2: split it over several turns</plan_error>',
     ),
     "too_many_alternatives": (
         "<race>" + "<search>x</search>" * 9 + "</race>",

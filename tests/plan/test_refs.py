@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from toolscore.errors import RefError, RefSyntaxError
-from toolscore.plan.refs import STAR, Ref, contains_ref, find_refs, parse_template, repair_mustache, resolve
+from toolscore.plan.dialects import Targets, read_references
+from toolscore.plan.refs import STAR, Ref, contains_ref, find_refs, parse_template, resolve
 
 
 def record(value: Any, **fields: Any) -> dict[str, Any]:
@@ -67,9 +68,10 @@ def test_references_are_found_in_string_values_only_in_document_order() -> None:
 
 def test_mustache_repair_leaves_everything_else_alone() -> None:
     value = {"keep": 1, "list": ["{{a}}", "{{b}}"], "{{a}}": "{{ 2 }}"}
-    repaired, which = repair_mustache(value, lambda target: target in ("a", 2))
+    repaired, which, refused = read_references(value, Targets(lambda target: target in ("a", 2)))
     assert repaired == {"keep": 1, "list": ["${a}", "{{b}}"], "{{a}}": "${2}"}
-    assert which == ["{{a}}", "{{ 2 }}"]
+    assert [r.written for r in which] == ["{{a}}", "{{ 2 }}"]
+    assert refused == []
 
 
 def test_resolution_is_typed_for_whole_values_and_interpolated_in_text() -> None:

@@ -16,10 +16,11 @@ from tests.security.test_plan_hardening import assert_linear, fill
 from toolscore.config import PlanSettings
 from toolscore.errors import PlanCheckError, PlanSyntaxError, RefError
 from toolscore.plan.check import check_plan
+from toolscore.plan.dialects import Targets, read_references
 from toolscore.plan.lex import code_regions, lex
 from toolscore.plan.nodes import ArgsSpec, CallNode, CheckedPlan
 from toolscore.plan.parse import canonical, parse_turn
-from toolscore.plan.refs import nearest, repair_bare, resolve
+from toolscore.plan.refs import nearest, resolve
 from toolscore.plan.values import repair_json, snippet
 
 
@@ -207,9 +208,9 @@ def test_a_plan_over_the_step_limit_still_gets_that_one_problem() -> None:
 
 def test_bare_references_are_read_as_meant_only_when_they_name_something() -> None:
     known: Callable[[int | str], bool] = lambda target: target in (1, 2, "hits")  # noqa: E731
-    value, rewritten, suspects = repair_bare(
+    value, rewritten, suspects = read_references(
         ["$hits[0].path", "$step2", "$1", "pay $1 now", "$1.text", "$$hits", "$HOME", "$step_7", "$result_of_step_1"],
-        known,
+        Targets(known),
     )
     assert value == [
         "${hits[0].path}",
@@ -222,14 +223,16 @@ def test_bare_references_are_read_as_meant_only_when_they_name_something() -> No
         "$step_7",
         "$result_of_step_1",
     ]
-    assert [old for old, _ in rewritten] == ["$hits[0].path", "$step2", "$1", "$1.text"]
-    assert suspects == [("$step_7", 7)]
+    assert [r.written for r in rewritten] == ["$hits[0].path", "$step2", "$1", "$1.text"]
+    assert [(s.code, s.written) for s in suspects] == [("unknown_reference", "$step_7")]
 
 
 def test_bare_reference_slips_are_warned_or_refused() -> None:
     plan = prepare('<search id="a">x</search><fetch><fetch>{"url": "$a.text"}</fetch></fetch>')
     assert plan.calls[1].arguments == {"url": "${a.text}"}
-    assert "step 2: read $a.text as ${a.text}; write references as ${a.text}" in plan.warnings
+    assert plan.warnings == (
+        "step 2: read $a.text as ${a.text} (a $ without braces); write references as ${id.path} or ${N.path}",
+    )
     assert refused("<search>x</search><search>$step_1</search>") == [
         (
             "unknown_reference",

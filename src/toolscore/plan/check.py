@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -34,6 +35,7 @@ from toolscore.config import PlanSettings, Shorthand
 from toolscore.downstream.registry import Registry, Route
 from toolscore.errors import PlanCheckError, PlanProblem, RefSyntaxError
 from toolscore.plan.blocks import SPECS, BlockKind, either, shorthand_table
+from toolscore.plan.dialects import DIALECTS, Reading, Targets, read_references
 from toolscore.plan.nodes import (
     Block,
     CallNode,
@@ -45,7 +47,7 @@ from toolscore.plan.nodes import (
     ParsedTurn,
 )
 from toolscore.plan.parse import CAPABILITY_RE
-from toolscore.plan.refs import Ref, contains_ref, find_refs, nearest, repair_bare, repair_mustache, step_like
+from toolscore.plan.refs import Ref, contains_ref, find_refs, nearest, step_like
 from toolscore.plan.values import loads
 
 __all__ = ["check_plan", "shorthand_table"]
@@ -76,6 +78,8 @@ _BESIDE = "a " + either(f"<{kind}>" for kind, spec in SPECS.items() if spec.chil
 """Where siblings may not reference each other: `a <parallel>, <race> or <fallback>`."""
 
 
+_EVIDENCE_ID = re.compile(r"E\d{1,15}$")
+"""An id like ReWOO's evidence names (`E2`): then `#E2` names ids, not positions."""
 _MAX_HINTS = 16
 """How many problems of one plan get a "did you mean" (each costs a bounded difflib search)."""
 _MAX_CYCLE = 64
@@ -87,6 +91,21 @@ _MAX_LISTED = 20
 def _nearest_first(word: str, names: list[str]) -> list[str]:
     """`names` ordered by likeness to `word` (the parser bounds a capability to 32 characters)."""
     return sorted(names, key=lambda n: (-difflib.SequenceMatcher(None, word, n[:64]).ratio(), n))
+
+
+_SHOWN_READINGS = 3
+"""References of one dialect quoted in its warning."""
+
+
+def _ranges(steps: list[int]) -> str:
+    """`1-3, 5`: sorted step numbers as ranges."""
+    spans: list[list[int]] = []
+    for step in steps:
+        if spans and step == spans[-1][1] + 1:
+            spans[-1][1] = step
+        else:
+            spans.append([step, step])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
 
 
 def _calls_in(block: Block) -> list[CallNode]:
@@ -134,6 +153,22 @@ class _Checker:
         """Suggestions of a near name left to make (`nearest`)."""
         self.forwards: list[tuple[CallNode, Ref]] = []
         """Forward references, reported after pass 2 (a cycle's other edge is not known before)."""
+        self.readings: dict[str, list[tuple[int, Reading]]] = {}
+        """References written in another dialect and read as canonical ones, by dialect: one warning each."""
+        self.targets = Targets(self.known)
+        self.refused: tuple[str, ...] = ()
+        """The dialect references of the call being checked that were refused."""
+
+    def dialect_warnings(self) -> None:
+        """One warning per dialect read: its first references as read, and the steps that used it."""
+        for dialect, found in self.readings.items():
+            shown = ", ".join(f"{r.written} as {r.canonical}" for _, r in found[:_SHOWN_READINGS])
+            more = f" and {len(found) - _SHOWN_READINGS} more" if len(found) > _SHOWN_READINGS else ""
+            steps = sorted({step for step, _ in found})
+            where = f"step {steps[0]}" if len(steps) == 1 else f"steps {_ranges(steps)}"
+            self.warnings.append(
+                f"{where}: read {shown}{more} ({DIALECTS[dialect]}); write references as ${{id.path}} or ${{N.path}}"
+            )
 
     def problem(self, code: str, message: str, node: CallNode | Block | None = None, **where: Any) -> None:
         if isinstance(node, CallNode):
@@ -294,8 +329,8 @@ class _Checker:
             return {}
         if spec.kind in ("json", "args"):
             return dict(spec.value)
-        if spec.kind == "elements":
-            return self.elements(node, route, spec.value, spec.raw)
+        if spec.kind in ("elements", "parameters"):
+            return self.elements(node, route, spec.value, spec.raw, named=spec.kind == "parameters")
         primary = shorthand.primary if shorthand is not None else _only_required_string(route)
         if primary is None:
             why = (
@@ -309,10 +344,22 @@ class _Checker:
         _set_path(arguments, primary, spec.value)
         return arguments
 
-    def elements(self, node: CallNode, route: Route, values: dict[str, str], raw: str) -> dict[str, Any] | None:
-        """`<echo><text>hi</text></echo>`: child elements read as arguments when each is a parameter."""
+    def elements(
+        self, node: CallNode, route: Route, values: dict[str, str], raw: str, *, named: bool = False
+    ) -> dict[str, Any] | None:
+        """`<echo><text>hi</text></echo>`: child elements read as arguments when each is a parameter;
+        `named`: `<invoke>`'s `<parameter name="text">`, read so with no warning of their own."""
         props = route.tool.input_schema.get("properties") or {}
         unknown = [name for name in values if name not in props]
+        if unknown and named:
+            listed = ", ".join(f"'{n}'" for n in list(props)[:_MAX_LISTED]) or "none"
+            self.problem(
+                "bad_arg",
+                f"step {node.step} <invoke name={route.public_name!r}>: "
+                f"{', '.join(repr(n) for n in unknown)} is no parameter of it; its parameters: {listed}",
+                node,
+            )
+            return None
         if unknown:
             shown = raw if len(raw) <= 60 else raw[:57] + "..."
             example = ", ".join(f'"{name}": ...' for name in list(props)[:3])
@@ -330,8 +377,9 @@ class _Checker:
             if (props.get(name) or {}).get("type", "string") != "string":
                 with contextlib.suppress(ValueError):  # else left as text: the schema check says what is wrong
                     arguments[name] = loads(text)
-        listed = ", ".join(f"<{n}>" for n in values)
-        self.warnings.append(f"step {node.step}: child elements {listed} read as arguments; write a JSON object")
+        if not named:
+            listed = ", ".join(f"<{n}>" for n in values)
+            self.warnings.append(f"step {node.step}: child elements {listed} read as arguments; write a JSON object")
         return arguments
 
     def call(self, node: CallNode) -> CheckedCall | None:
@@ -348,6 +396,8 @@ class _Checker:
         for err in route.schema_errors(arguments):
             if contains_ref(err.instance):
                 continue  # a reference's value is known when its step has run
+            if isinstance(err.instance, str) and any(written in err.instance for written in self.refused):
+                continue  # a reference in another dialect, refused above: one problem is enough
             where = format_path(err.absolute_path)
             self.problem("invalid_arguments", f"{route.public_name}: {where}: {err.message}", node)
         if node.retries:
@@ -415,22 +465,16 @@ class _Checker:
         return checked
 
     def references(self, node: CallNode, arguments: dict[str, Any]) -> tuple[dict[str, Any], tuple[Ref, ...]] | None:
-        """The arguments with slips of reference syntax repaired, and their references, each checked."""
-        arguments, repaired = repair_mustache(arguments, self.known)
-        for raw in repaired:
-            self.warnings.append(f"step {node.step}: read {raw} as ${{...}}; write references as ${{id}}")
-        arguments, rewritten, suspects = repair_bare(arguments, self.known)
-        for old, new in rewritten:
-            self.warnings.append(f"step {node.step}: read {old} as {new}; write references as {new}")
-        for raw, number in suspects:
-            meant = f"write ${{{number}}} for step {number}'s result" if self.known(number) else f"no step {number}"
+        """The arguments with references in other dialects read as canonical ones (`dialects.py`),
+        and their references, each checked."""
+        arguments, readings, refusals = read_references(arguments, self.targets)
+        for reading in readings:
+            self.readings.setdefault(reading.dialect, []).append((node.step, reading))
+        for refusal in refusals:
             self.problem(
-                "unknown_reference",
-                f"step {node.step} uses {raw}, which names no step or id ({meant}); "
-                f"for the text {raw} write $${raw[1:]}",
-                node,
-                ref=raw,
+                refusal.code, f"step {node.step} uses {refusal.written}{refusal.why}", node, ref=refusal.written
             )
+        self.refused = tuple(refusal.written for refusal in refusals)
         try:
             refs = tuple(find_refs(arguments))
         except RefSyntaxError as exc:
@@ -553,11 +597,17 @@ def check_plan(
         raise PlanCheckError(over)  # alone, as below: the parser stopped reading at the limit
     if len(turn.calls) > limits.max_steps:
         # Alone and at once: checking thousands of steps would only bury this one problem.
-        message = f"the plan has {len(turn.calls)} steps; the limit is {limits.max_steps}"
+        message = f"the plan has {len(turn.calls)} steps; the limit is {limits.max_steps}: split it over several turns"
         raise PlanCheckError([PlanProblem("too_many_steps", message)])
     checker = _Checker(turn, registry, shorthands, limits, earlier_steps or {}, earlier_ids or {}, capabilities)
     checker.index(turn.root, ())
+    checker.targets = Targets(
+        checker.known,
+        calls=[call.step for call in turn.calls],
+        labelled=any(_EVIDENCE_ID.match(ident) for ident in (*checker.ids, *checker.earlier_ids)),
+    )
     root = checker.node(turn.root)
+    checker.dialect_warnings()
     for node, ref in checker.forwards:
         checker.problem("forward_reference", checker.forward(node, ref), node, ref=ref.raw)
     if checker.problems or turn.problems:

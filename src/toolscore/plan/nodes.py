@@ -37,11 +37,12 @@ Status = Literal["ok", "error", "timeout", "cancelled", "skipped", "ref_error"]
 class ArgsSpec:
     """A call's arguments as written, before they are bound to the tool's schema."""
 
-    kind: Literal["empty", "json", "args", "text", "elements", "invalid"]
+    kind: Literal["empty", "json", "args", "text", "elements", "parameters", "invalid"]
     value: Any = None
     """`json`: the object; `args`: a dict of the <arg> values; `text`: the primary parameter's text;
-    `elements`: child elements by name (`<echo><text>hi</text></echo>`), as text; `invalid`: none,
-    the arguments were reported as a problem."""
+    `elements`: child elements by name (`<echo><text>hi</text></echo>`), as text; `parameters`:
+    `<invoke>`'s `<parameter name=...>` values by name, as text; `invalid`: none, the arguments were
+    reported as a problem."""
     raw: str = ""
     """`elements`: the content as written, for the message if they are no parameters."""
 

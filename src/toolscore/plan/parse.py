@@ -55,6 +55,7 @@ from toolscore.plan.blocks import (
     Ident,
     IntRange,
 )
+from toolscore.plan.dialects import REF_ELEMENT_RE
 from toolscore.plan.lex import CDATA_CLOSE, CDATA_OPEN, Token, attributes, code_regions, lex
 from toolscore.plan.nodes import ArgsSpec, Block, CallNode, Node, ParsedTurn
 from toolscore.plan.refs import nearest
@@ -72,9 +73,16 @@ MAX_STEPS = 1000
 _MAX_WARNINGS = 32
 
 _BLOCKS = frozenset(BlockKind)
+_WRAPPERS = frozenset({"plan", "function_calls"})
+"""Tags models wrap a whole plan in: ignored (with a warning), their content read as items."""
 _RESERVED = (
-    _BLOCKS | V2_KINDS | {"think", "arg", "call", "answer", "result", "execute_tools", "plan_error", "tool_call"}
+    _BLOCKS
+    | V2_KINDS
+    | _WRAPPERS
+    | {"think", "arg", "call", "answer", "result", "execute_tools", "plan_error", "tool_call", "invoke", "parameter"}
 )
+_CALL_FORMS = frozenset({"call", "tool_call", "invoke"})
+"""Reserved tags that are calls."""
 _ALIASES = {"thinking": "think"}
 """Other names models give a construct, read as it (with a warning)."""
 _ARGS_ATTRIBUTES = ("args", "arguments", "params", "parameters", "input")
@@ -100,6 +108,12 @@ _SERVER_BLOCK_ATTRIBUTES: Mapping[str, Attribute] = {"timeout": Duration()}
 _MALFORMED_BLOCK_RE = re.compile(rf"<({'|'.join(sorted(_BLOCKS | V2_KINDS))})\s[^<>=]*+=", re.IGNORECASE)
 _THINK_END_RE = re.compile(r"^[ \t]*+<(?!/?think)", re.MULTILINE | re.IGNORECASE)
 _WORDS_RE = re.compile(r"[A-Za-z0-9]")
+_ID_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}+$")
+
+
+def _is_ref(token: Token) -> bool:
+    """`<ref id="s1" path="..."/>` in a call's content: a reference (`dialects.py`), not an element."""
+    return token.kind == "empty" and token.name.lower() == "ref"
 
 
 @functools.lru_cache(maxsize=1024)
@@ -112,6 +126,18 @@ def canonical(name: str) -> str:
 
 
 _FINAL_ANSWER_RE = re.compile(r"^[ \t]*+Final Answer:[ \t]*+(.*)$", re.MULTILINE)
+# ReAct: a line `Action: <tool>` (a name and nothing else), the next line `Action Input: ...`.
+_REACT_RE = re.compile(
+    r"^[ \t]*+Action[ \t]*+:[ \t]*+`?+([A-Za-z_][A-Za-z0-9_.\-]{0,127}+)`?+[ \t]*+\r?\n"
+    r"[ \t]*+Action[ \t]++Input[ \t]*+:",
+    re.MULTILINE,
+)
+# Where an Action Input ends: the next ReAct line, a line starting with a tag, or the end.
+_REACT_END_RE = re.compile(
+    r"^[ \t]*+(?:(Observation)|Thought|Action|Final Answer)[ \t]*+:|^[ \t]*+<(?=[A-Za-z/!?])", re.MULTILINE
+)
+_FENCED_RE = re.compile(r"^(`{3,}+|~{3,}+)[^\n]*+\n(.*)\n\1[ \t]*+$", re.DOTALL)
+"""An Action Input in a markdown fence: the fence's content."""
 
 
 @dataclass
@@ -213,6 +239,10 @@ class _Parser:
             # Nothing but prose outside the fences: the plan is the fenced code (```xml ... ```).
             self.tokens = lex(text, canonical, [r for r in regions if not r[2]])
         self.spellings: set[str] = set()
+        self.unwrapped: set[int] = set()
+        """Close tags of ignored wrappers (`</plan>`): skipped where they are met."""
+        self.over = 0
+        """Calls past `max_steps`, counted without being read (for the message)."""
         self.i = 0
         """The next token to read."""
         self.pos = 0
@@ -268,10 +298,18 @@ class _Parser:
         nodes: list[Node] = []
         while not s.stopped:
             if self.i == len(tokens):
+                if (react := _REACT_RE.search(s.text, self.pos)) is not None:
+                    self.prose(self.pos, react.start(), end_tag)
+                    self.react(react, nodes)
+                    continue
                 self.prose(self.pos, len(s.text), end_tag)
                 self.pos = len(s.text)
                 break
             token = tokens[self.i]
+            if (react := _REACT_RE.search(s.text, self.pos, token.start)) is not None:
+                self.prose(self.pos, react.start(), end_tag)
+                self.react(react, nodes)
+                continue
             self.prose(self.pos, token.start, end_tag)
             if token.kind in ("comment", "cdata"):
                 self.past(self.i)
@@ -282,6 +320,8 @@ class _Parser:
                 s.stopped = True  # nothing after a DTD is read
             elif token.kind == "close":
                 self.past(self.i)
+                if self.i - 1 in self.unwrapped:
+                    continue
                 if canonical(token.name) == end_tag:
                     return nodes
                 s.warn(f"line {s.line(token.start)}: stray </{token.name}> ignored")
@@ -327,6 +367,14 @@ class _Parser:
             self.past(index)
         elif name in ("think", "answer", "result", "plan_error"):
             self.aside(index)
+        elif name in _WRAPPERS:
+            # `<plan>...</plan>` around the whole plan: not a server named `plan`.
+            if token.close is not None:
+                self.unwrapped.add(token.close)
+            if f"<{name}>" not in self.spellings:
+                self.spellings.add(f"<{name}>")
+                s.warn(f"line {s.line(token.start)}: the <{token.name}> wrapper is ignored; its content is the plan")
+            self.past(index)
         elif name in V2_KINDS or name == "arg":
             if name == "arg":
                 s.problem("misplaced_arg", "<arg> belongs inside a call or shorthand", token.start, tag="arg")
@@ -347,6 +395,11 @@ class _Parser:
             )
         elif name == "tool_call":
             self.hermes(index, attrs, nodes)
+        elif name == "invoke":
+            self.invoke(index, attrs, nodes)
+        elif name == "parameter":
+            s.problem("bad_arg", '<parameter> belongs inside <invoke name="...">', token.start, tag="parameter")
+            self.past(token.close if token.close is not None else index)
         elif self_closing:
             self.call(index, attrs, nodes, shorthand=name)
         elif token.close is None:
@@ -355,7 +408,12 @@ class _Parser:
         else:
             # A server block or a shorthand: look at the content.
             first = self.tokens[index + 1]
-            if first.kind in ("open", "empty") and first.name != "arg" and not text[token.end : first.start].strip():
+            if (
+                first.kind in ("open", "empty")
+                and first.name != "arg"
+                and not _is_ref(first)
+                and not text[token.end : first.start].strip()
+            ):
                 self.server_block(index, attrs, nodes)
             else:
                 self.call(index, attrs, nodes, shorthand=name)
@@ -570,8 +628,9 @@ class _Parser:
             body = text[token.end : tokens[close].start]
             self.past(close)
         if len(s.calls) == self.max_steps:
-            # Reading on would only build calls that can never run.
-            message = f"the plan has more than {self.max_steps} steps, the limit; split it over several turns"
+            # Reading on would only build calls that can never run: the rest are only counted.
+            total = self.max_steps + self.count_calls(index)
+            message = f"the plan has {total} steps; the limit is {self.max_steps}: split it over several turns"
             s.problem("too_many_steps", message, start, tag=name)
             s.stopped = True
             return
@@ -587,6 +646,11 @@ class _Parser:
             s.warn(
                 f"{where}: arguments read from {in_attribute}='...'; they go in the content: <{name}>{{...}}</{name}>"
             )
+        ident = attrs.get("id", "")
+        if ident[:1] in ("$", "#") and _ID_RE.match(ident[1:]):
+            # NESTFUL labels its calls `$var_1`, ReWOO `#E1`: the name is what references use.
+            attrs["id"] = ident[1:]
+            s.warn(f'{where}: id="{ident}" read as id="{ident[1:]}"; an id is a plain name')
         options |= self.attribute_values(_CALL_ATTRIBUTES, attrs, name, start, step, skip=skip, v2=_V2_CALL_ATTRS)
         problems = len(s.problems)
         if given is not None:
@@ -611,6 +675,37 @@ class _Parser:
         )
         s.calls.append(node)
         nodes.append(node)
+
+    def count_calls(self, index: int) -> int:
+        """How many calls the tokens from `index` on hold, by the rules `element` reads them with,
+        without reading any (a walk over the tokens: a fraction of parsing them)."""
+        tokens, text = self.tokens, self.s.text
+        count, i = 0, index
+        while i < len(tokens):
+            token = tokens[i]
+            closed = token.close if token.kind == "open" and token.close is not None else i
+            name = canonical(token.name)
+            if token.kind not in ("open", "empty") or name in _BLOCKS or name in _WRAPPERS:
+                i += 1
+                continue
+            if name == "execute_tools":
+                break
+            if name in _RESERVED and name not in _CALL_FORMS:
+                i = closed + 1  # <think>, <answer>, <arg>, a v2 construct: no call
+                continue
+            if token.kind == "open" and closed != i and name not in _CALL_FORMS:
+                head = tokens[i + 1]
+                if (
+                    head.kind in ("open", "empty")
+                    and head.name != "arg"
+                    and not _is_ref(head)
+                    and not text[token.end : head.start].strip()
+                ):
+                    i += 1  # a server block: its tools are the calls
+                    continue
+            count += 1
+            i = closed + 1
+        return count
 
     def hermes(self, index: int, attrs: dict[str, str], nodes: list[Node]) -> None:
         """`<tool_call>{"name": "fx__echo", "arguments": {...}}</tool_call>` (Hermes style)."""
@@ -641,12 +736,119 @@ class _Parser:
                 )
             self.past(close)
             return
+        label = value.get("label") if isinstance(value, dict) else None
+        if isinstance(label, str) and "id" not in attrs and _ID_RE.match(label.removeprefix("$")):
+            attrs["id"] = label.removeprefix("$")  # NESTFUL's `"label": "$var_1"` names the call
         s.warn(
             f"line {s.line(token.start)}: <tool_call> read as a call of {name!r}; "
             f'in a plan write <call tool="{name}">{{...}}</call>'
         )
         # Read as `<call tool="name">` with the arguments as its content.
         self.call(index, attrs, nodes, tool=name, explicit=True, given=ArgsSpec("json", arguments))
+
+    def invoke(self, index: int, attrs: dict[str, str], nodes: list[Node]) -> None:
+        """`<invoke name="fx__add"><parameter name="a">1</parameter>...</invoke>` (Anthropic style)."""
+        s, token = self.s, self.tokens[index]
+        name = attrs.pop("name", "")
+        close = token.close
+        if token.kind == "open" and close is None:
+            s.problem("unclosed_tag", "<invoke> is never closed: add </invoke>", token.start, tag="invoke")
+            self.seek(len(s.text))
+            return
+        if not name:
+            s.problem("bad_call", '<invoke> needs name="<tool>"', token.start, tag="invoke")
+            self.past(close if close is not None else index)
+            return
+        problems = len(s.problems)
+        values = self.parameters(index + 1, close, f"step {s.next_step} <invoke name={name!r}>", token.end)
+        args = ArgsSpec("invalid") if len(s.problems) > problems else ArgsSpec("parameters", values)
+        if "invoke" not in self.spellings:
+            self.spellings.add("invoke")
+            s.warn(
+                f"line {s.line(token.start)}: <invoke> read as a call of {name!r}; "
+                f'in a plan write <call tool="{name}">{{"parameter": ...}}</call>'
+            )
+        self.call(index, attrs, nodes, tool=name, explicit=True, given=args)
+
+    def parameters(self, first: int, close: int | None, where: str, pos: int) -> dict[str, str]:
+        """The `<parameter name="...">` elements among tokens `first..close-1`, as text."""
+        s, text, tokens = self.s, self.s.text, self.tokens
+        values: dict[str, str] = {}
+        if close is None:
+            return values
+        index = first
+        while index < close:
+            tag = tokens[index]
+            between = text[pos : tag.start]
+            attrs = attributes(tag.attrs) if tag.kind in ("open", "empty") else {}
+            name = attrs.get("name")
+            if between.strip() or canonical(tag.name) != "parameter" or not name or name in values:
+                what = "a name given twice" if name in values else f"{between.strip()[:20] or '<' + tag.name + '>'!r}"
+                message = f'{where}: holds only <parameter name="...">value</parameter> elements, not {what}'
+                s.problem("bad_arg", message, tag.start, tag="invoke")
+                return values
+            if tag.kind == "empty":
+                values[name], index = "", index + 1
+            elif tag.close is None or tag.close >= close:
+                s.problem("unclosed_tag", f"{where}: <parameter> is never closed", tag.start, tag="parameter")
+                return values
+            else:
+                raw = text[tag.end : tokens[tag.close].start]
+                stripped = raw.strip()
+                if stripped.startswith(CDATA_OPEN) and stripped.endswith(CDATA_CLOSE):
+                    values[name] = stripped[len(CDATA_OPEN) : -len(CDATA_CLOSE)]
+                else:
+                    values[name] = s.decode(raw.strip("\n"), f"{where} <parameter name={name!r}>", tag.end)
+                index = tag.close + 1
+            pos = tokens[index - 1].end
+        if rest := text[pos : tokens[close].start].strip():
+            message = f'{where}: holds only <parameter name="...">value</parameter> elements, not {rest[:20]!r}'
+            s.problem("bad_arg", message, pos, tag="invoke")
+        return values
+
+    def react(self, match: re.Match[str], nodes: list[Node]) -> None:
+        """A ReAct `Action: <tool>` line and its `Action Input: ...` (a JSON object, or text for the
+        tool's primary parameter), read as `<call tool="<tool>">...</call>`."""
+        s, text = self.s, self.s.text
+        name, start, begin = match.group(1), match.start(), match.end()
+        end_match = _REACT_END_RE.search(text, begin)
+        end = len(text) if end_match is None else end_match.start()
+        raw = text[begin:end].strip()
+        if (fenced := _FENCED_RE.match(raw)) is not None:
+            raw = fenced.group(2).strip()
+        self.seek(end)
+        if end_match is not None and end_match.group(1) and "Observation:" not in self.spellings:
+            self.spellings.add("Observation:")
+            s.warn(
+                f"line {s.line(end)}: an Observation: written in the plan is ignored (the tool's answer is the result)"
+            )
+        if len(s.calls) == self.max_steps:
+            total = self.max_steps + 1 + self.count_calls(self.i)
+            message = f"the plan has {total} steps; the limit is {self.max_steps}: split it over several turns"
+            s.problem("too_many_steps", message, start, tag="Action")
+            s.stopped = True
+            return
+        step = s.next_step
+        s.next_step += 1
+        where = f"step {step} Action: {name}"
+        problems = len(s.problems)
+        args = ArgsSpec("empty")
+        if raw.startswith("{"):
+            value = s.parse_json(raw, where, begin, "Action", step)  # `{` and valid: an object
+            args = ArgsSpec("json", value if isinstance(value, dict) else {})
+        elif raw:
+            args = ArgsSpec("text", raw)
+        if len(s.problems) > problems:
+            args = ArgsSpec("invalid")
+        if "Action:" not in self.spellings:
+            self.spellings.add("Action:")
+            s.warn(
+                f"line {s.line(start)}: ReAct Action: {name} read as a call of {name!r}; "
+                f'in a plan write <call tool="{name}">{{...}}</call>'
+            )
+        node = CallNode(step, "Action", s.line(start), args, public=name)
+        s.calls.append(node)
+        nodes.append(node)
 
     def arguments(self, body: str, tag: str, pos: int, step: int, first: int, close: int) -> ArgsSpec:
         """A call's arguments from its `body`, which starts at `pos`; its tokens are `first..close-1`."""
@@ -664,7 +866,12 @@ class _Parser:
                 s.problem("invalid_json", f"{where}: arguments must be a JSON object", pos, step=step, tag=tag)
             return ArgsSpec("json", value if isinstance(value, dict) else {})
         head = self.tokens[first] if first < close else None
-        if head is not None and head.kind in ("open", "empty") and not s.text[pos : head.start].strip():
+        if (
+            head is not None
+            and head.kind in ("open", "empty")
+            and not _is_ref(head)
+            and not s.text[pos : head.start].strip()
+        ):
             if head.name == "arg":
                 return ArgsSpec("args", self.arg_elements(first, close, where, pos, step))
             if (elements := self.child_elements(first, close, where, pos, step)) is not None:
@@ -741,6 +948,8 @@ class _Parser:
             text = s.decode(raw, f"{where} <arg name='{name}'>", pos, step=step, tag="arg")
         if kind == "string":
             return text if cdata else text.strip("\n")
+        if not cdata and REF_ELEMENT_RE.fullmatch(text.strip()):
+            return text.strip()  # `<ref id="a"/>`: a reference, read with its type when it resolves
         try:
             value = loads(text)
         except ValueError as exc:

@@ -6,7 +6,8 @@ Theory of operation. A string in a call's arguments may hold references:
     ${r.sources[0].url}  ${r.items[-1]}  ${r['odd key']}  ${r.items[*].name}  ${r.missing?}
 
 `parse_template` splits a string into literal text and `Ref`s (`$$` is a literal `$`; bare `$3`
-and `$name` stay text in v1; `|filters` are v2 and refused). `resolve` substitutes after JSON
+and `$name` stay text: `dialects.py` reads them, and other dialects, as canonical references
+before this where they are unambiguous; `|filters` are v2 and refused). `resolve` substitutes after JSON
 parsing, so nothing needs escaping: a string that is exactly one reference becomes the referenced
 value with its type; a reference inside longer text is interpolated (strings raw, anything else
 as compact JSON). A step's value is the record `{status, text, json, error, ms, attempts, server,
@@ -40,8 +41,6 @@ __all__ = [
     "find_refs",
     "nearest",
     "parse_template",
-    "repair_bare",
-    "repair_mustache",
     "resolve",
     "step_like",
 ]
@@ -56,12 +55,6 @@ _BARE = re.compile(rf"\$result_of_step_(\d++)({_PATH})(\??)")
 _BRACED = re.compile(r"\$\{([^{}]*+)\}")
 _TARGET = re.compile(rf"^(?:result_of_step_(\d++)|step(\d++)|(\d++)|({_IDENT}))({_PATH})(\??)$")
 _SEGMENT = re.compile(r"\.([A-Za-z_][A-Za-z0-9_\-]*+)|\[(-?\d++)\]|\[(\*)\]|\['([^']*+)'\]")
-# The inside of `{{...}}` up to the next brace, possessively: a `{{` never closed costs one scan to
-# the next brace, not a backtracking search over the whitespace around it.
-_MUSTACHE = re.compile(r"\{\{([^{}]*+)\}\}")
-# A `$` and what follows it, for reference spellings the grammar does not know (`$hits.text`,
-# `$step1`, `$2`): `$$` and `${` are consumed whole, so a literal `$$hits` is never touched.
-_DOLLAR = re.compile(rf"\$(?:\$|\{{|([A-Za-z_][A-Za-z0-9_]{{0,63}}+|\d{{1,15}}+)({_PATH}))")
 _STEP_LIKE = re.compile(r"^(?:step|result|output)_?(\d{1,15})$", re.IGNORECASE)
 
 
@@ -170,72 +163,10 @@ def parse_template(text: str) -> tuple[str | Ref, ...]:
     return tuple(parts)
 
 
-def repair_mustache(value: Any, known: Callable[[int | str], bool]) -> tuple[Any, list[str]]:
-    """Rewrite `{{x.path}}` (a common slip for `${x.path}`) where `x` is a known step or id.
-
-    Only when the inner text is a valid reference to a target that exists, so template syntax
-    that happens to appear in code is left alone. Returns the value and what was rewritten.
-    """
-    repaired: list[str] = []
-
-    def sub(match: re.Match[str]) -> str:
-        inner = match.group(1).strip()
-        target = _TARGET.match(inner)
-        try:
-            if target is None or not known(_target(target, inner)):
-                return match.group(0)
-        except RefSyntaxError:  # a number too long to be any step's
-            return match.group(0)
-        repaired.append(match.group(0))
-        return "${" + inner + "}"
-
-    return map_strings(value, lambda text: _MUSTACHE.sub(sub, text)), repaired
-
-
 def step_like(name: str) -> int | None:
     """The step a name like `step_1`, `result2` or `output_3` seems to mean, if it is one."""
     match = _STEP_LIKE.match(name)
     return int(match.group(1)) if match else None
-
-
-def repair_bare(
-    value: Any, known: Callable[[int | str], bool]
-) -> tuple[Any, list[tuple[str, str]], list[tuple[str, int]]]:
-    """Read `$x.path` (no braces) as `${x.path}` where `${x}` would be a known target.
-
-    `$2` counts only with a path or as a whole string (`costs $2` is text, so is `awk '{print $1}'`).
-    Returns the value, what was rewritten (old, new), and the spellings that look like a step
-    reference but name nothing (`$step_9`) with the step they seem to mean: those are problems,
-    since sending them as text would run the plan with data the model did not mean.
-    """
-    repaired: list[tuple[str, str]] = []
-    suspects: list[tuple[str, int]] = []
-
-    def fix(text: str) -> str:
-        if "$" not in text:
-            return text
-
-        def sub(match: re.Match[str]) -> str:
-            name, path = match.group(1), match.group(2) or ""
-            if name is None or name.startswith("result_of_step_"):
-                return match.group(0)
-            if name.isdecimal():
-                whole = match.start() == 0 and match.end() == len(text)
-                if not (path or whole) or not known(int(name)):
-                    return match.group(0)
-            else:
-                target = _TARGET.match(name)
-                if target is None or not known(_target(target, name)):
-                    if (number := step_like(name)) is not None:
-                        suspects.append((match.group(0), number))
-                    return match.group(0)
-            new = "${" + name + path + "}"
-            repaired.append((match.group(0), new))
-            return new
-
-        return _DOLLAR.sub(sub, text)
-
-    return map_strings(value, fix), repaired, suspects
 
 
 def find_refs(value: Any) -> list[Ref]:
@@ -312,6 +243,9 @@ def _missing(value: Any, segment: PathSegment, ref: Ref, at: tuple[PathSegment, 
     hint = ""
     if isinstance(shown, dict) and (near := nearest(segment, [str(k) for k in shown])) is not None:
         hint = f" (did you mean '{near}'?)"
+    elif not at and isinstance(value, str) and inner is None:
+        # `${first.output}` on a tool that answered plain text: the text is the record's field.
+        hint = f" (the result is plain text: write ${{{ref.target}.text}})"
     return RefError(f"{where}: no key '{_show(segment)}'{hint}: found {there}")
 
 

@@ -42,9 +42,10 @@ _NOT_BRACKET_RE = re.compile(r"[^\[\]{}]++")
 _NESTING = {"[": 1, "{": 1, "]": -1, "}": -1}
 # One token of JSON-ish text at a time, so nothing inside a string is ever repaired: a double- or
 # single-quoted string (an unclosed one runs to the end: no retry at every later position), a `//`
-# comment, a Python literal, a comma before a closing bracket.
+# comment, a Python literal, a `<ref .../>` element as a value, a comma before a closing bracket.
 _REPAIR_RE = re.compile(
-    r"""("(?:[^"\\]++|\\.)*+"?)|('(?:[^'\\]++|\\.)*+'?)|(//[^\n]*+)|\b(True|False|None)\b|,(?=\s*+[}\]])""",
+    r"""("(?:[^"\\]++|\\.)*+"?)|('(?:[^'\\]++|\\.)*+'?)|(//[^\n]*+)|\b(True|False|None)\b"""
+    r"""|(<[Rr][Ee][Ff]\s(?:[^<>/]++|/(?!>))*+/>)|,(?=\s*+[}\]])""",
     re.DOTALL,
 )
 _PYTHON = {"True": "true", "False": "false", "None": "null"}
@@ -127,12 +128,13 @@ def repair_json(raw: str) -> tuple[str, tuple[str, ...]]:
     """The slips models make in JSON repaired, in one linear pass, and what was repaired.
 
     Outside strings only: `True`/`False`/`None` become `true`/`false`/`null`, `//` comments and
-    trailing commas go, and single-quoted strings become double-quoted ones.
+    trailing commas go, single-quoted strings become double-quoted ones, and a `<ref .../>` element
+    written as a value becomes a string holding it.
     """
     repairs: dict[str, None] = {}
 
     def sub(match: re.Match[str]) -> str:
-        double, single, comment, literal = match.groups()
+        double, single, comment, literal, element = match.groups()
         if double is not None:
             return double
         if single is not None:
@@ -146,6 +148,11 @@ def repair_json(raw: str) -> tuple[str, tuple[str, ...]]:
         if literal is not None:
             repairs[f"Python {literal}"] = None
             return _PYTHON[literal]
+        if element is not None:
+            # `{"url": <ref id="s1" path="items[0]"/>}`: the element as a string, which the
+            # reference reader reads as a whole value (`dialects.py`).
+            repairs["<ref/> as a string"] = None
+            return json.dumps(element)
         repairs["trailing commas"] = None
         return ""
 
