@@ -36,7 +36,7 @@ from toolscore.front.forward import FrontPeers, LoggingHandlers, LogLevels, Root
 from toolscore.front.lanes import Lanes
 from toolscore.front.plan_tasks import PlanTasks
 from toolscore.front.relaying import front_call_of
-from toolscore.front.tasks import install_tasks, tasks_capability
+from toolscore.front.tasks import TaskHandlers, tasks_capability
 from toolscore.loop.tool import DELEGATE, Delegator
 from toolscore.plan.tool import ORCHESTRATE, Orchestrator
 from toolscore.scope import CallScope
@@ -433,7 +433,9 @@ def build_server(
     server.available = hub.capable
     LoggingHandlers(hub, peers.levels).register(server)
     CatalogHandlers(hub, engine, callers, sessions, bus, peer_for).register(server)
-    server.plan_tasks = install_tasks(server, hub, engine, callers, peer_for, plans=orchestrator.refusal is None)
+    tasks = TaskHandlers(hub, engine, callers, peer_for, plans=orchestrator.refusal is None)
+    tasks.register(server)
+    server.plan_tasks = tasks.plans
     RootsHandlers(hub, callers.identify, peer_for).register(server)
 
     async def tools_changed() -> None:

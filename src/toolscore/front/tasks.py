@@ -46,7 +46,7 @@ from toolscore.front.plan_tasks import GATEWAY, PlanTasks
 from toolscore.plan.tool import ORCHESTRATE
 from toolscore.scope import CallScope
 
-__all__ = ["MAX_TASKS_PER_CALLER", "RESULT_TOOL", "TaskRoutes", "install_tasks", "tasks_capability"]
+__all__ = ["MAX_TASKS_PER_CALLER", "RESULT_TOOL", "TaskHandlers", "TaskRoutes", "tasks_capability"]
 
 log = structlog.get_logger("toolscore.tasks")
 
@@ -147,26 +147,49 @@ def _result_route(hub: DownstreamHub, server: str) -> Route:
     return Route(RESULT_TOOL, server, RESULT_TOOL, tool, _RESULT_VALIDATOR, canonical=canonical, local_name=RESULT_TOOL)
 
 
-def install_tasks(
-    server: Server[Any],
-    hub: DownstreamHub,
-    engine: ToolExecutionEngine,
-    callers: Callers,
-    peer_for: PeerFor,
-    *,
-    plans: bool = False,
-) -> PlanTasks:
-    """Serve task-augmented calls and `tasks/*` on `server`; the gateway's own tasks (run by `running_plans`).
+class TaskHandlers:
+    """Task-augmented calls and `tasks/*` through the gateway, and the gateway's own tasks."""
 
-    Args:
+    def __init__(
+        self,
+        hub: DownstreamHub,
+        engine: ToolExecutionEngine,
+        callers: Callers,
+        peer_for: PeerFor,
+        *,
+        plans: bool = False,
+    ) -> None:
+        """Args:
+        hub: The downstreams that hold the tasks.
+        engine: Runs `tasks/result` as the pseudo-tool of its server (policy, audit).
+        callers: Who is calling; their tasks are forgotten when they leave.
+        peer_for: The client of a request, for its server's requests and logs.
         plans: Whether `orchestrate` runs as a task when asked (policy does not forbid it).
-    """
-    routes = TaskRoutes()
-    own = PlanTasks(offered=plans)
-    callers.on_gone(routes.forget)
-    callers.on_gone(own.forget)
+        """
+        self._hub = hub
+        self._engine = engine
+        self._callers = callers
+        self._peer_for = peer_for
+        self._routes = TaskRoutes()
+        self.plans = PlanTasks(offered=plans)
+        """The gateway's own tasks: `orchestrate` run in the background (by `running_plans`)."""
 
-    async def task_calls(ctx: ServerRequestContext[Any], call_next: CallNext) -> HandlerResult:
+    def register(self, server: Server[Any]) -> None:
+        """Serve task-augmented calls (a middleware) and `tasks/*` on `server`; a client's tasks go when it does."""
+        self._callers.on_gone(self._routes.forget)
+        self._callers.on_gone(self.plans.forget)
+        server.middleware.append(self.task_calls)
+        handlers: list[tuple[str, type[Any], Any]] = [
+            ("tasks/get", mcp_types.GetTaskRequestParams, self.get_task),
+            ("tasks/result", mcp_types.GetTaskPayloadRequestParams, self.task_result),
+            ("tasks/cancel", mcp_types.CancelTaskRequestParams, self.cancel_task),
+            ("tasks/list", mcp_types.PaginatedRequestParams, self.list_tasks),
+        ]
+        for method, params_type, handler in handlers:
+            server.add_request_handler(method, params_type, handler)
+
+    async def task_calls(self, ctx: ServerRequestContext[Any], call_next: CallNext) -> HandlerResult:
+        """The middleware: a task-augmented `tools/call` answered with its task, under the id the client sees."""
         params = ctx.params
         if (
             ctx.method != "tools/call"
@@ -177,12 +200,12 @@ def install_tasks(
         ):
             return await call_next(ctx)
         name = str(params.get("name"))
-        if name == ORCHESTRATE and own.running:
+        if name == ORCHESTRATE and self.plans.running:
             # The plan answers later, from the background: the front's own orchestrate path, unchanged.
-            caller = callers.identify(ctx)
-            started = own.start(caller, task.get("ttl"), lambda: call_next(ctx))
-            return _renamed(started, routes.add(caller, GATEWAY, started["task"]["taskId"]))
-        if hub.registry.get(name) is None:
+            caller = self._callers.identify(ctx)
+            started = self.plans.start(caller, task.get("ttl"), lambda: call_next(ctx))
+            return _renamed(started, self._routes.add(caller, GATEWAY, started["task"]["taskId"]))
+        if self._hub.registry.get(name) is None:
             # Only a downstream's own tool: a plan's steps must not turn into tasks.
             return await call_next(ctx)
         answer = await call_next(ctx)  # the handler puts the task in the call's scope
@@ -190,45 +213,47 @@ def install_tasks(
         created = meta.get(CREATED_TASK_META_KEY) if isinstance(meta, dict) else None
         if not isinstance(created, dict):
             return answer  # answered without a task: the tool does not support them, or an error
-        public = routes.add(callers.identify(ctx), created["server"], created["result"]["task"]["taskId"])
+        public = self._routes.add(self._callers.identify(ctx), created["server"], created["result"]["task"]["taskId"])
         return _renamed(created["result"], public)
 
-    server.middleware.append(task_calls)
-
-    async def forward(ctx: ServerRequestContext[Any], method: str, task_id: str) -> dict[str, Any]:
-        caller = callers.identify(ctx)
-        name, own_id = routes.route(caller, task_id)
+    async def _forward(self, ctx: ServerRequestContext[Any], method: str, task_id: str) -> dict[str, Any]:
+        caller = self._callers.identify(ctx)
+        name, own_id = self._routes.route(caller, task_id)
         if name == GATEWAY:
             if method == "tasks/cancel":
-                return _renamed(await own.cancel(caller, own_id), task_id)
-            return _renamed(own.get(caller, own_id), task_id)
+                return _renamed(await self.plans.cancel(caller, own_id), task_id)
+            return _renamed(self.plans.get(caller, own_id), task_id)
         try:
-            with on_behalf_of(caller, peer_for(ctx), ctx.protocol_version) as scope:
+            with on_behalf_of(caller, self._peer_for(ctx), ctx.protocol_version) as scope:
                 what = f"{method} of task '{task_id}'"
-                raw = await hub.request_raw(name, method, {"taskId": own_id}, what, scope=scope)
+                raw = await self._hub.request_raw(name, method, {"taskId": own_id}, what, scope=scope)
         except MCPError:
             raise  # the server's own error, unchanged
         except ToolscoreError as exc:
             raise _failure(exc) from None
         return _renamed(raw, task_id)
 
-    async def get_task(ctx: ServerRequestContext[Any], params: mcp_types.GetTaskRequestParams) -> dict[str, Any]:
-        return await forward(ctx, "tasks/get", params.task_id)
+    async def get_task(self, ctx: ServerRequestContext[Any], params: mcp_types.GetTaskRequestParams) -> dict[str, Any]:
+        return await self._forward(ctx, "tasks/get", params.task_id)
 
-    async def cancel_task(ctx: ServerRequestContext[Any], params: mcp_types.CancelTaskRequestParams) -> dict[str, Any]:
-        return await forward(ctx, "tasks/cancel", params.task_id)
+    async def cancel_task(
+        self, ctx: ServerRequestContext[Any], params: mcp_types.CancelTaskRequestParams
+    ) -> dict[str, Any]:
+        return await self._forward(ctx, "tasks/cancel", params.task_id)
 
     async def task_result(
-        ctx: ServerRequestContext[Any], params: mcp_types.GetTaskPayloadRequestParams
+        self, ctx: ServerRequestContext[Any], params: mcp_types.GetTaskPayloadRequestParams
     ) -> dict[str, Any]:
-        caller = callers.identify(ctx)
-        name, own_id = routes.route(caller, params.task_id)
+        """The task's result from its server, through the engine as `tasks/result`."""
+        caller = self._callers.identify(ctx)
+        name, own_id = self._routes.route(caller, params.task_id)
         if name == GATEWAY:  # the plan's result went through the engine step by step already
-            return _renamed(await own.result(caller, own_id), params.task_id)
+            return _renamed(await self.plans.result(caller, own_id), params.task_id)
         what = f"the result of task '{params.task_id}'"
+        hub = self._hub
 
         # An elicitation tied to the task comes while the server holds this request.
-        with on_behalf_of(caller, peer_for(ctx), ctx.protocol_version) as scope:
+        with on_behalf_of(caller, self._peer_for(ctx), ctx.protocol_version) as scope:
 
             async def invoke() -> mcp_types.CallToolResult:
                 try:
@@ -237,7 +262,7 @@ def install_tasks(
                     raise DownstreamProtocolError.answered(name, what, exc.error) from None
                 return tool_result(name, raw, what)
 
-            outcome = await engine.execute(
+            outcome = await self._engine.execute(
                 RESULT_TOOL,
                 {"taskId": own_id},
                 request_id=ctx.request_id,
@@ -252,25 +277,26 @@ def install_tasks(
         return _renamed(dumped, params.task_id)
 
     async def list_tasks(
-        ctx: ServerRequestContext[Any], params: mcp_types.PaginatedRequestParams | None
+        self, ctx: ServerRequestContext[Any], params: mcp_types.PaginatedRequestParams | None
     ) -> dict[str, Any]:
-        caller = callers.identify(ctx)
+        """Every server's tasks of this caller's, merged (a server that fails is left out)."""
+        caller = self._callers.identify(ctx)
         merged: list[Any] = []
-        for name, mine in routes.owned(caller).items():
+        for name, mine in self._routes.owned(caller).items():
             if name == GATEWAY:
-                merged.extend(own.listed(caller, mine))
+                merged.extend(self.plans.listed(caller, mine))
                 continue
             try:
-                merged.extend(await listed(name, caller, mine))
+                merged.extend(await self._listed(name, caller, mine))
             except (MCPError, ToolscoreError) as exc:  # one server's failure must not hide the others' tasks
                 log.info("tasks/list failed", server=name, error=str(exc))
         return {"tasks": merged}
 
-    async def listed(name: str, caller: str, mine: dict[str, str]) -> list[Any]:
+    async def _listed(self, name: str, caller: str, mine: dict[str, str]) -> list[Any]:
         found: list[Any] = []
         cursor: str | None = None
         for _ in range(_LIST_PAGES_MAX):
-            page = await hub.request_raw(
+            page = await self._hub.request_raw(
                 name, "tasks/list", {"cursor": cursor} if cursor else None, "tasks/list", scope=CallScope(caller)
             )
             for task in page.get("tasks") or ():
@@ -280,13 +306,3 @@ def install_tasks(
             if not isinstance(cursor, str):
                 break
         return found
-
-    handlers: list[tuple[str, type[Any], Any]] = [
-        ("tasks/get", mcp_types.GetTaskRequestParams, get_task),
-        ("tasks/result", mcp_types.GetTaskPayloadRequestParams, task_result),
-        ("tasks/cancel", mcp_types.CancelTaskRequestParams, cancel_task),
-        ("tasks/list", mcp_types.PaginatedRequestParams, list_tasks),
-    ]
-    for method, params_type, handler in handlers:
-        server.add_request_handler(method, params_type, handler)
-    return own
