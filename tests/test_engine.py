@@ -36,6 +36,7 @@ class FakeServers:
         self.registry: Registry = build_registry({"srv": tools}, make_config({"srv": {"command": "x"}}))
         self.down: str | None = None
         self.calls: list[tuple[str, Arguments]] = []
+        self.started = anyio.Event()
         self.cancelled = anyio.Event()
         self.timed_out: list[str] = []
 
@@ -57,6 +58,7 @@ class FakeServers:
     ) -> mcp_types.CallToolResult:
         self.calls.append((tool, arguments))
         if tool == "slow":
+            self.started.set()
             try:
                 await anyio.sleep(10)
             except anyio.get_cancelled_exc_class():
@@ -194,8 +196,11 @@ async def test_a_deadline_cancels_the_downstream_call() -> None:
 async def test_a_cancelled_call_is_audited_and_the_cancellation_propagates() -> None:
     servers = FakeServers()
     eng, sink = engine(servers)
-    with anyio.move_on_after(0.05):
-        await eng.execute("srv__slow", {"n": 1})
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(eng.execute, "srv__slow", {"n": 1})
+        with anyio.fail_after(60):  # a hang detector
+            await servers.started.wait()  # cancelled while the server runs it, not before
+        tg.cancel_scope.cancel()
     assert servers.cancelled.is_set()
     (record,) = sink.records
     assert record.error_kind == "cancelled"

@@ -26,7 +26,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mcp import Client, StdioServerParameters
 
-from tests.conftest import FIXTURE_SERVER, TOOLSCORE, fixture_entry, write_config
+from tests.conftest import FIXTURE_SERVER, TOOLSCORE, fixture_entry, wait_for, write_config
 from tests.fixtures.corpus_server import CASES, ENVELOPES
 from toolscore import load_config, open_gateway
 from toolscore._lines import LineWriter, read_lines
@@ -351,20 +351,32 @@ async def _random_traffic(tmp_path: Path, batch: list[Any]) -> None:
                 )  # cut short
         await client.send({"jsonrpc": "2.0", "id": "last", "method": "ping"})
         await client.answer("last")
-        with anyio.move_on_after(1):  # anything still coming
-            while True:
+
+        def answers() -> dict[str, int]:
+            counts: dict[str, int] = {}
+            for line in client.other:
+                message = json.loads(line)
+                if "method" not in message:
+                    key = json.dumps(message.get("id"))
+                    counts[key] = counts.get(key, 0) + 1
+            return counts
+
+        # Every request with a valid id is answered once; invalid ids and cut lines get id-less
+        # errors. A call may still be running after the ping: wait for each answer (the bound only
+        # detects a hang), then a second ping round trip lets an answer sent twice show.
+        unique = {
+            key
+            for key, count in expected.items()
+            if count == 1 and isinstance(json.loads(key), str | int) and not isinstance(json.loads(key), bool)
+        }
+        with anyio.fail_after(60):
+            while not unique <= answers().keys():
                 client.other.append(await client.line())
-        answers: dict[str, int] = {}
-        for line in client.other:
-            message = json.loads(line)
-            if "method" not in message:
-                key = json.dumps(message.get("id"))
-                answers[key] = answers.get(key, 0) + 1
-    # Every request with a valid id is answered once; invalid ids and cut lines get id-less errors.
-    for key, count in expected.items():
-        valid = isinstance(json.loads(key), str | int) and not isinstance(json.loads(key), bool)
-        if valid and count == 1:
-            assert answers.get(key) == 1, (key, client.other)
+        await client.send({"jsonrpc": "2.0", "id": "flush", "method": "ping"})
+        await client.answer("flush")
+    counts = answers()
+    for key in unique:
+        assert counts[key] == 1, (key, client.other)
 
 
 async def test_sampling_elicitation_and_logs_of_a_fast_call_reach_the_client(tmp_path: Path) -> None:
@@ -417,9 +429,9 @@ async def test_a_destructive_call_asks_the_user_through_the_fast_path(tmp_path: 
 async def test_a_plan_takes_the_hot_path_and_answers_as_the_sdk_path_does(tmp_path: Path) -> None:
     # Only the request and the answer skip the models: the plan runs as on the SDK path, and its
     # answer has the same bytes but for its ids and timings.
-    config = write_config(tmp_path, {"fx": fixture_entry(tmp_path)})
+    config = write_config(tmp_path, {"fx": fixture_entry(tmp_path, env={"FIXTURE_EXTRA_TOOLS": "hold"})})
     plan = (
-        '<fx><sleep>{"seconds": 1}</sleep></fx>'
+        '<fx><hold>{"text": "first"}</hold></fx>'
         '<parallel><fx><echo>{"text": "a"}</echo></fx><fx><add>{"a": 1, "b": 2}</add></fx></parallel>'
         "<execute_tools />"
     )
@@ -428,11 +440,12 @@ async def test_a_plan_takes_the_hot_path_and_answers_as_the_sdk_path_does(tmp_pa
         async with gateway_in_process(config, hot=hot) as client:
             assert client.fast is not None
             await client.start(1, "orchestrate", {"plan": plan})
-            with anyio.move_on_after(0.5):  # while the first step sleeps: the hot path has the plan, or not
-                while not client.fast._running:  # noqa: ASYNC110 - nothing to wait on but the table
-                    await anyio.sleep(0.01)
-            assert bool(client.fast._running) == hot
+            await wait_for((tmp_path / "held-first").exists)  # the first step holds: the plan is running
+            assert bool(client.fast._running) == hot  # on the hot path, or not
+            (tmp_path / "release-first").write_text("go")
             answers.append(_steady(result_bytes(await client.answer(1), 1)))
+        (tmp_path / "held-first").unlink()
+        (tmp_path / "release-first").unlink()
     assert b"<result" in answers[0] and b'{\\"sum\\": 3}' in answers[0]
     assert answers[0] == answers[1]
 

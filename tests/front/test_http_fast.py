@@ -270,8 +270,10 @@ async def test_a_client_that_disconnects_does_not_cancel_its_call(tmp_path: Path
     async with front(corpus_config(tmp_path)) as (url, calls), raw_session(url) as client:
         await client.hot(calls)
         before = calls.served
-        with anyio.move_on_after(0.3):
-            await client.call(1, "c__sleep", {"seconds": 1})
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(client.call, 1, "c__sleep", {"seconds": 1})
+            await wait_for(lambda: calls.running > 0)  # in flight: now the client stops waiting
+            tg.cancel_scope.cancel()
         response = await client.call(2, "c__case", {"name": "text"})  # the session goes on
         assert response.content == envelope(2, CASES["text"])
         await wait_for(lambda: any(r["tool"] == "c__sleep" for r in audit(tmp_path)))

@@ -246,12 +246,15 @@ async def test_per_call_limits_are_capped_by_the_config(tmp_path: Path) -> None:
 
 
 async def test_cancellation_mid_turn_stops_the_loop_and_its_calls(tmp_path: Path) -> None:
-    turns = ['<fx><sleep>{"seconds": 30, "tag": "cancelme"}</sleep></fx>' + "<think>" + "x" * 400 + "</think>"]
+    turns = ['<fx><sleep>{"seconds": 600, "tag": "cancelme"}</sleep></fx>' + "<think>" + "x" * 400 + "</think>"]
     with scripted_model(turns, token_seconds=0.01) as model:
         async with loop_gateway(tmp_path, model.url) as (gw, _sink), Client(gw.server, mode="legacy") as client:
-            with anyio.move_on_after(1.0):
-                await client.call_tool("delegate", {"task": "t"})
-            await anyio.sleep(0.3)
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(client.call_tool, "delegate", {"task": "t"})
+                await wait_for((tmp_path / "sleeping-cancelme").exists)  # the turn's call is in flight
+                tg.cancel_scope.cancel()
+            # Seen before the gateway closes: the client's cancellation ended it, not the close.
+            await wait_for((tmp_path / "cancelled-cancelme").exists)
     rows = records(tmp_path)
     assert rows[-1]["type"] == "end" and rows[-1]["stop_reason"] == "cancelled"
     assert (tmp_path / "cancelled-cancelme").read_text() == "cancelled"  # the call in flight was cancelled

@@ -164,19 +164,26 @@ async def test_a_concurrency_cap_holds_across_gateways(flushed: str, tmp_path: P
     )
     results: dict[str, mcp_types.CallToolResult] = {}
     async with (
-        open_gateway(config, audit=MemoryAuditSink(), memory_servers={"fx": build_server(tmp_path)}) as one,
-        open_gateway(config, audit=MemoryAuditSink(), memory_servers={"fx": build_server(tmp_path)}) as two,
+        open_gateway(
+            config, audit=MemoryAuditSink(), memory_servers={"fx": build_server(tmp_path, extra_tools=("hold",))}
+        ) as one,
+        open_gateway(
+            config, audit=MemoryAuditSink(), memory_servers={"fx": build_server(tmp_path, extra_tools=("hold",))}
+        ) as two,
     ):
 
-        async def call(gw: Gateway, name: str, seconds: float) -> None:
-            results[name] = (await gw.engine.execute("fx__sleep", {"seconds": seconds, "tag": name})).result
+        async def call(gw: Gateway, name: str, tool: str) -> None:
+            results[name] = (await gw.engine.execute(f"fx__{tool}", {"text": name})).result
 
         async with anyio.create_task_group() as tg:
-            tg.start_soon(call, one, "running", 0.6)
+            tg.start_soon(call, one, "running", "hold")  # runs until the test releases it
             await wait_for(lambda: bool(redis.Redis.from_url(flushed).zcard("toolscore:slots:fx")))
-            tg.start_soon(call, two, "waiting", 0.01)  # the one slot is taken on the other gateway: it waits
+            tg.start_soon(call, two, "waiting", "echo")  # the one slot is taken on the other gateway: it waits
             await wait_for(lambda: bool(redis.Redis.from_url(flushed).zcard("toolscore:waiting:fx")))
-            tg.start_soon(call, one, "refused", 0.01)  # one running, one waiting: no room
+            tg.start_soon(call, one, "refused", "echo")  # one running, one waiting: no room
+            await wait_for(lambda: "refused" in results)
+            assert "running" not in results and "waiting" not in results
+            (tmp_path / "release-running").write_text("go")
         assert not results["running"].is_error and not results["waiting"].is_error
         assert results["refused"].is_error and "concurrency limit" in text(results["refused"])
     client = redis.Redis.from_url(flushed)
@@ -187,8 +194,10 @@ async def test_a_call_cancelled_while_waiting_for_a_shared_slot_leaves_the_queue
     state = RedisState(flushed)
     try:
         assert await state.acquire_slot("s", 1, 5, "holder-1", 30)
-        with anyio.move_on_after(0.2):
-            await state.acquire_slot("s", 1, 5, "holder-2", 30)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(state.acquire_slot, "s", 1, 5, "holder-2", 30)
+            await wait_for(lambda: redis.Redis.from_url(flushed).zcard("toolscore:waiting:s") == 1)  # queued
+            tg.cancel_scope.cancel()
         assert redis.Redis.from_url(flushed).zcard("toolscore:waiting:s") == 0
         await state.release_slot("s", "holder-1")
         assert await state.acquire_slot("s", 1, 5, "holder-3", 30)
