@@ -49,6 +49,7 @@ PURE = [
     "toolhub/synonyms.py",
     "toolhub/synthesis.py",
     "toolhub/text.py",
+    "trust/poison.py",
 ]
 
 

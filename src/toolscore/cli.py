@@ -187,6 +187,7 @@ def _check(gw: Gateway, as_json: bool, out: list[str]) -> int:
                 "state": s.state.value,
                 "tools": exposed.get(s.name, 0),
                 "downstream_tools": s.tools,
+                "poisoning": [p.as_dict() for p in gw.hub.registry.suspects if p.server == s.name],
             }
             for s in statuses
         ]

@@ -6,6 +6,7 @@ Rebuilt from scratch whenever a server's tool list changes; a rebuild is cheap n
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -24,8 +25,9 @@ from toolscore._glob import matches
 from toolscore._naming import public_name
 from toolscore.config import Config
 from toolscore.downstream.schema_check import Check, compile_check
+from toolscore.trust.poison import Finding, scan
 
-__all__ = ["Registry", "Route", "build_registry"]
+__all__ = ["POISONING_META", "Registry", "Route", "Suspect", "build_registry"]
 
 # Results are re-validated per negotiated version by the SDK: one tool that fails there would
 # fail the whole tools/list, so every tool is checked against both protocol eras up front.
@@ -36,6 +38,36 @@ _CHECK_VERSIONS = (LATEST_HANDSHAKE_VERSION, LATEST_MODERN_VERSION)
 # once instead of once per server. Bounded, since a server may send new definitions forever.
 _CHECKED: dict[str, str | None] = {}
 _CHECKED_MAX = 8192
+# The poisoning scan's findings per (definition, downstream name, other servers' tool names), alike.
+_SCANNED: dict[tuple[str, str, frozenset[str]], tuple[Finding, ...]] = {}
+
+POISONING_META = "io.toolscore/poisoning"
+"""The `_meta` key of a listed tool the poisoning scan flagged: its digest and findings."""
+
+
+@dataclass(frozen=True, slots=True)
+class Suspect:
+    """A tool the poisoning scan found something in (docs/security.md)."""
+
+    server: str
+    tool: str
+    """The downstream tool name."""
+    public_name: str
+    digest: str
+    """A digest of the definition: `poisoning_approved: ["tool@digest"]` approves exactly this one."""
+    findings: tuple[Finding, ...]
+    quarantined: bool
+    """Not routed (`"poisoning": "quarantine"`, not approved); else listed, with a warning."""
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready, as `check --json` prints it."""
+        return {
+            "tool": self.tool,
+            "exposed_as": self.public_name,
+            "digest": self.digest,
+            "quarantined": self.quarantined,
+            "findings": [f.as_dict() for f in self.findings],
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +78,8 @@ class Route:
     server: str
     remote_name: str
     tool: mcp_types.Tool
-    """The tool as exposed: the downstream definition verbatim except for `name`."""
+    """The tool as exposed: the downstream definition verbatim except for `name` (and, when the
+    poisoning scan flagged it, the findings under `_meta[POISONING_META]`)."""
     validator: Validator = field(repr=False, compare=False)
     """The compiled inputSchema, built once here rather than per call."""
     canonical: str = ""
@@ -88,6 +121,8 @@ class Registry:
     prefixes: Mapping[str, str] = field(default_factory=dict)
     """Each configured server's tool-name prefix (with the separator) -> the server, whether or not
     it ever came up: a call to a server that never listed its tools names that server."""
+    suspects: tuple[Suspect, ...] = ()
+    """Tools of connected servers with poisoning findings: listed (flagged) or quarantined (not routed)."""
 
     def server_named_by(self, tool: str) -> str | None:
         """The configured server whose prefix `tool` starts with, if any (the longest such prefix)."""
@@ -125,12 +160,16 @@ def _selected(name: str, allow: Sequence[str] | None, deny: Sequence[str]) -> bo
     return allow is None or matches(name, allow)
 
 
-def _schema_problem(tool: mcp_types.Tool) -> str | None:
-    """Why a client would refuse this tool definition, or None if it is fine (remembered)."""
+def _dumped(tool: mcp_types.Tool) -> tuple[dict[str, Any], str]:
+    """The tool as a one-tool `tools/list` result's JSON, and that JSON as a memo key."""
     dump: dict[str, Any] = mcp_types.ListToolsResult(tools=[tool]).model_dump(
         by_alias=True, mode="json", exclude_none=True
     )
-    key = json.dumps(dump, sort_keys=True, separators=(",", ":"))
+    return dump, json.dumps(dump, sort_keys=True, separators=(",", ":"))
+
+
+def _schema_problem(tool: mcp_types.Tool, dump: dict[str, Any], key: str) -> str | None:
+    """Why a client would refuse this tool definition, or None if it is fine (remembered)."""
     if key in _CHECKED:
         return _CHECKED[key]
     problem = _definition_problem(tool, dump)
@@ -223,6 +262,36 @@ def lenient(schema: Any, depth: int = 0) -> Any:
     return schema if out is None else out
 
 
+def _suspect(
+    tool: mcp_types.Tool, definition: dict[str, Any], key: str, others: frozenset[str]
+) -> tuple[tuple[Finding, ...], str]:
+    """The scan's findings for one downstream definition (remembered), and the definition's digest."""
+    memo = (key, tool.name, others)
+    if (findings := _SCANNED.get(memo)) is None:
+        findings = scan("tool", {**definition, "name": tool.name}, others=others)
+        if len(_SCANNED) >= _CHECKED_MAX:
+            del _SCANNED[next(iter(_SCANNED))]
+        _SCANNED[memo] = findings
+    if not findings:
+        return findings, ""
+    canonical = json.dumps({**definition, "name": tool.name}, sort_keys=True, separators=(",", ":"))
+    return findings, hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def _approved(tool: str, digest: str, approved: Sequence[str]) -> bool:
+    """`tool@digest` approves that definition; a name glob, whatever the definition."""
+    if f"{tool}@{digest}" in approved:
+        return True
+    return matches(tool, [entry for entry in approved if "@" not in entry])
+
+
+def _flagged(tool: mcp_types.Tool, digest: str, findings: tuple[Finding, ...]) -> mcp_types.Tool:
+    """The exposed tool with the findings in its `_meta`, for clients and the console to show."""
+    brief = [{"check": f.check, "severity": f.severity.value, "where": f.where, "excerpt": f.excerpt} for f in findings]
+    meta = {**(tool.meta or {}), POISONING_META: {"digest": digest, "findings": brief}}
+    return tool.model_copy(update={"meta": meta})
+
+
 def _ignore(problem: str) -> None:
     """A down server's problems: already reported while it was up."""
 
@@ -255,8 +324,11 @@ def build_registry(
     """
     routes: dict[str, Route] = {}
     problems: list[str] = []
+    suspects: list[Suspect] = []
     separator = config.settings.separator
     order = [name for name in config.servers if name in server_tools]
+    names = {server: frozenset(t.name.lower() for t in server_tools[server]) for server in order}
+    everyone = frozenset().union(*names.values())
     resting = frozenset(down) & set(order)
     up = [name for name in order if name not in resting]
     for server in [*up, *(name for name in order if name in resting)]:
@@ -278,9 +350,27 @@ def build_registry(
                 )
                 continue
             exposed_tool = tool.model_copy(update={"name": name})
-            if (problem := _schema_problem(exposed_tool)) is not None:
+            dump, key = _dumped(exposed_tool)
+            if (problem := _schema_problem(exposed_tool, dump, key)) is not None:
                 report(f"server '{server}' tool '{tool.name}' skipped: {problem}")
                 continue
+            if cfg.poisoning != "off":
+                # Another server's tool named in a description is shadowing; this server's own is not.
+                others = everyone - names[server]
+                findings, digest = _suspect(tool, dump["tools"][0], key, others)
+                if findings:
+                    held = cfg.poisoning == "quarantine" and not _approved(tool.name, digest, cfg.poisoning_approved)
+                    checks = ", ".join(sorted({f.check for f in findings}))
+                    if server not in resting:
+                        suspects.append(Suspect(server, tool.name, name, digest, findings, held))
+                    if held:
+                        report(
+                            f"server '{server}' tool '{tool.name}' quarantined by the poisoning scan ({checks}); to"
+                            f' list it, add "poisoning_approved": ["{tool.name}@{digest}"] to the server'
+                        )
+                        continue
+                    report(f"server '{server}' tool '{tool.name}' listed with poisoning findings: {checks}")
+                    exposed_tool = _flagged(exposed_tool, digest, findings)
             routes[name] = Route(
                 name,
                 server,
@@ -306,4 +396,5 @@ def build_registry(
         down=resting,
         hidden=frozenset(name for name, route in routes.items() if hide is not None and hide(route)),
         prefixes=prefixes,
+        suspects=tuple(suspects),
     )

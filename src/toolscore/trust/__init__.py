@@ -1,0 +1,1 @@
+"""Trust in what servers send: the poisoning scan of their definitions (poison.py)."""
