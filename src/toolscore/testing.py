@@ -34,6 +34,7 @@ from toolscore._engine import CallNext, ExecutionContext, PostExecutionHook, Pre
 from toolscore._gateway import Gateway, open_gateway
 from toolscore.audit.sinks import MemoryAuditSink
 from toolscore.config import Config, parse_config
+from toolscore.plan.encoding import encode
 
 __all__ = ["FakeDownstream", "RecordingHook", "captured_logs", "memory_config", "running_gateway"]
 
@@ -51,7 +52,8 @@ class FakeDownstream:
     """An MCP server in this process whose tools are plain functions of their arguments.
 
     A tool function gets the call's arguments as keyword arguments and returns a string (one text
-    block), a dict (structured content, mirrored as JSON text), or a `CallToolResult` as it is;
+    block), a dict (structured content, mirrored as JSON text; values that are not JSON, such as
+    bytes or NaN, in `toolscore.plan.encoding`'s encoding), or a `CallToolResult` as it is;
     an exception becomes a JSON-RPC error, as in a real server. `calls` records every call.
     """
 
@@ -108,6 +110,7 @@ class FakeDownstream:
         if isinstance(value, mcp_types.CallToolResult):
             return value
         if isinstance(value, dict):
+            value = encode(value)  # bytes, NaN, integer keys: in the documented encoding
             text = json.dumps(value)
             return mcp_types.CallToolResult(content=[mcp_types.TextContent(text=text)], structured_content=value)
         return mcp_types.CallToolResult(content=[mcp_types.TextContent(text=str(value))])

@@ -20,7 +20,6 @@ is kept: references use the full result, the model sees a capped view.
 
 from __future__ import annotations
 
-import json
 import random
 import time
 from collections.abc import Callable, Mapping
@@ -33,6 +32,7 @@ import mcp_types
 from toolscore._engine import ToolExecutionEngine
 from toolscore.errors import RefError
 from toolscore.plan.blocks import SPECS
+from toolscore.plan.encoding import json_value, loads_result
 from toolscore.plan.nodes import (
     Block,
     CheckedBlock,
@@ -179,11 +179,16 @@ def _text_of(result: mcp_types.CallToolResult) -> str:
 
 
 def _json_of(result: mcp_types.CallToolResult, text: str) -> Any:
+    """A step's `json`: its structured content, else its text as JSON, else the text; values that
+    are not JSON (NaN, bytes, integer keys) in the documented encoding (`encoding.py`)."""
     if result.structured_content is not None:
-        return result.structured_content
+        try:
+            return json_value(result.structured_content)
+        except (TypeError, ValueError):
+            return text  # a value no encoding covers (an object a hook put there): the text stands
     try:
-        return json.loads(text)
-    except ValueError:
+        return loads_result(text)
+    except (ValueError, RecursionError):
         return text
 
 
