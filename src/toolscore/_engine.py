@@ -329,26 +329,42 @@ class ToolExecutionEngine:
         """
         self._tools = tools
         self._call = call
-        self._settings = settings or EngineSettings()
         self._audit = audit
-        # The chains are fixed here, once: nothing is resolved per call.
-        self._pre: tuple[PreExecutionHook, ...] = tuple(pre_hooks)
-        self._post: tuple[PostExecutionHook, ...] = tuple(post_hooks)
-        self._execute_chain: CallNext = self._downstream
-        for wrap in reversed(tuple(wrap_hooks)):  # built once: the first wrap is the outermost
-            self._execute_chain = functools.partial(wrap, call_next=self._execute_chain)
-        self._redact = redact
-        # Bytes can pass only hooks that never look at a result.
-        self.keeps_raw_results = not self._post and all(getattr(w, "passes_results_through", False) for w in wrap_hooks)
-        """Whether a call asking for it (`keep_bytes`) can get the server's result bytes."""
-        self.hookless = not self._pre and not wrap_hooks and not self._post
-        """Whether no hook is installed: a caller may then send a call itself (`begin_sent`)."""
+        self.reconfigure(settings or EngineSettings(), pre_hooks, wrap_hooks, post_hooks, redact)
         self._predicted_output: dict[str, float] = {}
         self._in_flight: dict[str, int] = {}
         """Front calls in flight per caller (plan steps are their plan's), for the cap."""
         self.audit_lost = 0
         """Audit records the sink raised on (and so lost) since the engine was built."""
         self._audit_failing = False
+
+    def reconfigure(
+        self,
+        settings: EngineSettings,
+        pre_hooks: Sequence[PreExecutionHook] = (),
+        wrap_hooks: Sequence[WrapHook] = (),
+        post_hooks: Sequence[PostExecutionHook] = (),
+        redact: Callable[[str], str] | None = None,
+    ) -> None:
+        """Put new settings and hooks in place (at start, and on a live reload of the config).
+
+        All at once, with nothing awaited: a call reads the settings and the three chains together
+        as its phases begin (`_run`), so a call in flight finishes under the rules it started with.
+        """
+        # The chains are fixed here, once: nothing is resolved per call.
+        chain: CallNext = self._downstream
+        for wrap in reversed(tuple(wrap_hooks)):  # built once: the first wrap is the outermost
+            chain = functools.partial(wrap, call_next=chain)
+        self._settings = settings
+        self._pre: tuple[PreExecutionHook, ...] = tuple(pre_hooks)
+        self._post: tuple[PostExecutionHook, ...] = tuple(post_hooks)
+        self._execute_chain = chain
+        self._redact = redact
+        # Bytes can pass only hooks that never look at a result.
+        self.keeps_raw_results = not self._post and all(getattr(w, "passes_results_through", False) for w in wrap_hooks)
+        """Whether a call asking for it (`keep_bytes`) can get the server's result bytes."""
+        self.hookless = not self._pre and not wrap_hooks and not self._post
+        """Whether no hook is installed: a caller may then send a call itself (`begin_sent`)."""
 
     async def execute(
         self,
@@ -577,6 +593,8 @@ class ToolExecutionEngine:
         )
 
     async def _run(self, ctx: ExecutionContext, timeout: float | None) -> mcp_types.CallToolResult:
+        # The rules this call runs under, read together (`reconfigure` replaces them as a whole).
+        settings, pre, chain, post_hooks = self._settings, self._pre, self._execute_chain, self._post
         # 1. pre-validation
         route = self._validate(ctx)
         self._estimate(ctx)
@@ -586,7 +604,7 @@ class ToolExecutionEngine:
         if ctx.trace is not None:
             ctx.trace(ctx.phase.value)
         result: mcp_types.CallToolResult | None = None
-        for hook in self._pre:
+        for hook in pre:
             result = await hook(ctx)
             if result is not None:
                 ctx.answered_by = hook.name
@@ -598,17 +616,15 @@ class ToolExecutionEngine:
             if ctx.trace is not None:
                 ctx.trace(ctx.phase.value)
             ctx.timeout = (
-                timeout
-                if timeout is not None
-                else self._settings.server_timeouts.get(route.server, self._settings.default_timeout)
+                timeout if timeout is not None else settings.server_timeouts.get(route.server, settings.default_timeout)
             )
-            result = await self._execute_chain(ctx)
+            result = await chain(ctx)
 
         # 4. post-execution
         ctx.phase = ExecutionPhase.POST_EXECUTION
         if ctx.trace is not None:
             ctx.trace(ctx.phase.value)
-        for post in self._post:
+        for post in post_hooks:
             result = await post(ctx, result)
         self._account(ctx, result)
         return result

@@ -7,7 +7,7 @@ episode store are imported when they are asked for, so a stdio gateway does not 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,19 +15,23 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 import mcp_types
+import structlog
 from mcp.server import Server
 
 from toolscore._engine import EngineSettings, PostExecutionHook, PreExecutionHook, ToolExecutionEngine, WrapHook
+from toolscore._reload import Reloaded, effective
 from toolscore.audit.sinks import AuditSink, JsonlAuditSink, NullAuditSink
-from toolscore.config import Config, server_log_dir, state_dir
+from toolscore.config import Config, load_config, server_log_dir, state_dir
 from toolscore.downstream.connection import ServerState, ServerStatus
-from toolscore.downstream.hub import DownstreamHub, open_hub
+from toolscore.downstream.hub import ConfigChanges, DownstreamHub, open_hub
+from toolscore.downstream.registry import Route
+from toolscore.errors import ConfigError
 from toolscore.front.callers import Callers
 from toolscore.front.plan_tasks import running_plans
 from toolscore.front.server import FrontServer, build_server, exposed_tools
 from toolscore.loop.tool import DELEGATE, Delegator
 from toolscore.plan.tool import ORCHESTRATE, Orchestrator
-from toolscore.policy import RedactingAuditSink, build_policy
+from toolscore.policy import Policy, RedactingAuditSink, build_policy
 from toolscore.state import open_state
 from toolscore.telemetry import tracing
 from toolscore.toolhub import ObservingSink, Scoreboard, ToolHub
@@ -41,15 +45,18 @@ if TYPE_CHECKING:
 
 __all__ = ["CONSOLE_CALLER", "Gateway", "audit_path", "http_pages", "open_gateway"]
 
+log = structlog.get_logger("toolscore.gateway")
+
 CONSOLE_CALLER = "console"
 """Who the web console's calls are from, for per-session rules and episodes."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Gateway:
     """A running gateway: its downstreams, its engine and its front server."""
 
     config: Config
+    """The config in force (a live reload replaces it: `reload`)."""
     hub: DownstreamHub
     engine: ToolExecutionEngine
     server: FrontServer
@@ -64,11 +71,54 @@ class Gateway:
     """The audit records the web console at `/ui` shows (HTTP front only)."""
     lossy: AuditSink | None = None
     """The sink whose own `lost` count says how many records it dropped (the file, the stream)."""
+    apply: Callable[[Config], Awaitable[ConfigChanges]] | None = None
+    """Puts a new config in force (`reload`)."""
+    reload_problem: str | None = None
+    """Why the last reload kept the running config (an invalid file), until one succeeds."""
+
+    async def reload(self) -> Reloaded | None:
+        """Read the config file again and put what changed in force (docs/configuration.md#live-reload).
+
+        An invalid file keeps the running config, and says why in one line (the log, `reload_problem`).
+        Settings that cannot change while running keep their values and are named in a warning.
+        Returns what changed (None: the file is invalid, or no file).
+        """
+        path = self.config.path
+        if path is None or self.apply is None:
+            return None
+        try:
+            loaded = load_config(path)
+        except ConfigError as exc:
+            self.reload_problem = str(exc)
+            log.warning("config not reloaded; the running one stays", problem=str(exc))
+            return None
+        self.reload_problem = None
+        config, restart_only = effective(self.config, loaded)
+        if restart_only:
+            log.warning("these settings take effect at the next start", settings=restart_only)
+        if config == self.config:
+            return Reloaded(ConfigChanges([], [], []), restart_only, rules=False)
+        rules = config.constraints != self.config.constraints or config.settings != self.config.settings
+        changes = await self.apply(config)
+        self.config = config
+        log.info(
+            "config reloaded",
+            added=changes.added,
+            removed=changes.removed,
+            changed=changes.changed,
+            rules_changed=rules,
+        )
+        return Reloaded(changes, restart_only, rules=rules)
 
     @property
     def audit_lost(self) -> int:
         """Audit records lost: those a sink raised on, and those a sink dropped and counted itself."""
         return self.engine.audit_lost + int(getattr(self.lossy, "lost", 0))
+
+
+def _hidden(policy: Policy) -> Callable[[Route], bool] | None:
+    """The tools the policy refuses whatever their arguments: routed, never listed."""
+    return policy.tool_denied if policy.static is not None else None
 
 
 def _audit_sink(config: Config) -> AuditSink:
@@ -168,8 +218,8 @@ async def open_gateway(
     if settings.audit.stream and state is not None:  # every replica's records in one stream
         sink = state.with_audit_stream(sink, settings.audit)
     lossy = sink  # the writers: they drop a record they cannot write, and count it
-    if policy.redactor is not None:
-        sink = RedactingAuditSink(sink, policy.redactor)
+    # Always there, so a reload that turns redaction on reaches the audit records too.
+    sink = redacting = RedactingAuditSink(sink, policy.redactor)
     # The ToolHub orders capability candidates by what the audit stream says of each tool.
     scores = Scoreboard(half_life_seconds=config.settings.toolhub.half_life_seconds)
     sink = ObservingSink(sink, scores)
@@ -183,19 +233,21 @@ async def open_gateway(
         sink = ConsoleSink(sink, console)
     logs = log_dir or server_log_dir(config)
     try:
-        hide = policy.tool_denied if policy.static is not None else None
-        async with open_hub(config, log_dir=logs, memory_servers=memory_servers, hide=hide) as hub:
-            engine = ToolExecutionEngine(
-                tools=hub,
-                call=hub.call,
-                audit=sink,
-                settings=EngineSettings.from_config(config),
-                # Constraint hooks (the policy's and the caller's) are behind the feature flag.
-                pre_hooks=(*policy.pre, *pre_hooks) if config.constraints.enabled else (),
-                wrap_hooks=(*policy.wrap, *wrap_hooks),
-                post_hooks=(*post_hooks, *policy.post),
-                redact=policy.redactor.text if policy.redactor is not None else None,
-            )
+        async with open_hub(config, log_dir=logs, memory_servers=memory_servers, hide=_hidden(policy)) as hub:
+            engine = ToolExecutionEngine(tools=hub, call=hub.call, audit=sink)
+
+            def rules(config: Config, policy: Policy) -> None:
+                engine.reconfigure(
+                    EngineSettings.from_config(config),
+                    # Constraint hooks (the policy's and the caller's) are behind the feature flag.
+                    pre_hooks=(*policy.pre, *pre_hooks) if config.constraints.enabled else (),
+                    wrap_hooks=(*policy.wrap, *wrap_hooks),
+                    post_hooks=(*post_hooks, *policy.post),
+                    redact=policy.redactor.text if policy.redactor is not None else None,
+                )
+                redacting.redactor = policy.redactor
+
+            rules(config, policy)
             orchestrator = Orchestrator(
                 tools=hub,
                 engine=engine,
@@ -231,12 +283,27 @@ async def open_gateway(
 
                 delegator.durable = SharedEpisodes(records, orchestrator.episodes)
             server = build_server(hub, engine, orchestrator, callers, toolhub=toolhub, delegator=delegator)
+
+            async def apply(config: Config) -> ConfigChanges:
+                # One step with no await until the hub's: every call begun after it runs under the
+                # new rules, every call in flight under those it began with.
+                policy = build_policy(config, state=state)
+                rules(config, policy)
+                orchestrator.reconfigure(
+                    config, policy=policy.plan_problems, refusal=policy.gateway_tool_refusal(ORCHESTRATE)
+                )
+                toolhub.reconfigure(config, refusals={name: policy.gateway_tool_refusal(name) for name in OWN_TOOLS})
+                delegator.reconfigure(
+                    config, policy=policy.plan_problems, refusal=policy.gateway_tool_refusal(DELEGATE)
+                )
+                return await hub.apply(config, hide=_hidden(policy))
+
             if tracing.tracer is not None:  # an HTTP `traceparent` continues the caller's trace
                 server.middleware.insert(0, tracing.TraceparentMiddleware())
             try:
                 async with running_plans(server.plan_tasks):  # plans run as tasks end with the gateway
                     yield Gateway(
-                        config, hub, engine, server, orchestrator, toolhub, delegator, metrics, console, lossy
+                        config, hub, engine, server, orchestrator, toolhub, delegator, metrics, console, lossy, apply
                     )
             finally:
                 with anyio.CancelScope(shield=True):

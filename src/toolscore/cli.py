@@ -284,18 +284,21 @@ async def _run(
     if exposure is None:
         async with open_gateway(config) as gw:
             if args.command == "serve":
+                from toolscore._reload import watching
                 from toolscore.front.serve import serve_stdio
 
-                await serve_stdio(gw.server, max_request_bytes=config.settings.max_request_bytes)
+                async with watching(gw):
+                    await serve_stdio(gw.server, max_request_bytes=config.settings.max_request_bytes)
                 return 0
             return await _one_shot(args, gw, out)
     # Metrics are counted and the console is fed only when the HTTP front can serve them.
     from toolscore._gateway import http_pages
+    from toolscore._reload import watching
     from toolscore.front.console import ConsoleFeed
     from toolscore.front.serve import serve_http
     from toolscore.telemetry.metrics import CallMetrics
 
-    async with open_gateway(config, metrics=CallMetrics(), console=ConsoleFeed()) as gw:
+    async with open_gateway(config, metrics=CallMetrics(), console=ConsoleFeed()) as gw, watching(gw):
         await serve_http(
             gw.server,
             host=args.host,

@@ -585,6 +585,8 @@ class GatewaySettings(_Frozen):
     """Tool calls one client may have in flight at once; the next ones are answered at once with
     an error naming this limit (a plan's steps count as its one call)."""
     max_result_bytes: int = Field(default=DEFAULT_MAX_RESULT_BYTES, ge=1024)
+    reload: bool = True
+    """Watch the config file (and take SIGHUP) to reload it while serving (docs/configuration.md#live-reload)."""
     """The largest JSON-RPC message accepted from a downstream server."""
     log_dir: str | None = None
     """Where each server's stderr log goes (default: `<state dir>/logs`)."""

@@ -35,7 +35,7 @@ from toolscore.errors import DownstreamUnavailable, Rejected, UsageError
 from toolscore.scope import CallScope
 from toolscore.types import ANONYMOUS_CALLER, Arguments, ProgressFn
 
-__all__ = ["DownstreamHub", "open_hub"]
+__all__ = ["ConfigChanges", "DownstreamHub", "open_hub"]
 
 log = structlog.get_logger("toolscore.hub")
 
@@ -45,6 +45,8 @@ CatalogListener = Callable[[frozenset[str]], Awaitable[None]]
 UpdateListener = Callable[[str], Awaitable[None]]
 """Told the public URI of a resource its server says changed."""
 _REAP_INTERVAL = 5.0
+_RETIRE_POLL = 0.05
+"""Seconds between looks at whether a retired connection's last call has ended."""
 
 
 async def _nothing() -> None:
@@ -77,6 +79,18 @@ async def _check_health(downstream: Downstream) -> None:
             log.warning("server unhealthy; calls fail fast", server=downstream.label, problem=problem)
         elif verdict is Verdict.RESTART:
             downstream.restart(f"{breaker.failures} health checks in a row failed ({problem})")
+
+
+@dataclass(frozen=True)
+class ConfigChanges:
+    """What a live reload changed in the set of servers (`DownstreamHub.apply`)."""
+
+    added: list[str]
+    removed: list[str]
+    changed: list[str]
+
+    def __bool__(self) -> bool:
+        return bool(self.added or self.removed or self.changed)
 
 
 @dataclass(eq=False)
@@ -119,6 +133,8 @@ class DownstreamHub:
         self.downstreams: dict[str, Downstream] = {
             s.name: self._downstream(s, on_tools_changed=self._rebuild) for s in config.enabled_servers
         }
+        self._scopes: dict[Downstream, anyio.CancelScope] = {}
+        """The cancel scope each shared connection runs in (`_run_shared`)."""
 
     def _downstream(
         self, server: ServerConfig, *, on_tools_changed: ToolsChangedListener, label: str | None = None
@@ -357,6 +373,66 @@ class DownstreamHub:
                 elif instance.calls == 0 and now - instance.used > instance.downstream.config.session_idle_seconds:
                     self._stop(key, "idle")
 
+    def _start(self, downstream: Downstream) -> None:
+        """Run a shared connection (and its health check) until the hub closes or `_retire` stops it."""
+        assert self._task_group is not None, "the hub is not running"
+        scope = self._scopes[downstream] = anyio.CancelScope()
+        self._task_group.start_soon(self._run_shared, downstream, scope, name=f"downstream:{downstream.name}")
+
+    @staticmethod
+    async def _run_shared(downstream: Downstream, scope: anyio.CancelScope) -> None:
+        with scope:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(_check_health, downstream, name=f"downstream:{downstream.name}:health")
+                tg.start_soon(downstream.run, name=f"downstream:{downstream.name}")
+
+    async def _retire(self, downstream: Downstream, grace: float) -> None:
+        """Stop a connection the config no longer has (or has changed): the calls in flight on it
+        finish first, within `grace` seconds (their deadline), then it is closed."""
+        with anyio.move_on_after(grace):
+            while downstream.busy():  # noqa: ASYNC110 (calls in flight are counted, not signalled)
+                await anyio.sleep(_RETIRE_POLL)
+        scope = self._scopes.pop(downstream, None)
+        if scope is not None:
+            scope.cancel()
+
+    async def apply(self, config: Config, *, hide: Callable[[Route], bool] | None) -> ConfigChanges:
+        """Serve `config` from now on (a live reload): start the servers it adds, stop those it
+        removes and restart those whose entry changed (their calls in flight finish first), then
+        rebuild what clients see, telling them of every list that changed (`list_changed`).
+
+        A server's per-client instances of a removed or changed entry stop as well; new ones start
+        from the new entry.
+        """
+        assert self._task_group is not None, "the hub is not running"
+        old = {s.name: s for s in self.config.enabled_servers}
+        new = {s.name: s for s in config.enabled_servers}
+        changes = ConfigChanges(
+            added=sorted(new.keys() - old.keys()),
+            removed=sorted(old.keys() - new.keys()),
+            changed=sorted(n for n in old.keys() & new.keys() if old[n] != new[n]),
+        )
+        self.config, self._hide = config, hide
+        for name in (*changes.removed, *changes.changed):
+            retired = self.downstreams.pop(name)
+            grace = self.config.settings.default_timeout if retired.config.timeout is None else retired.config.timeout
+            self._task_group.start_soon(self._retire, retired, grace, name=f"downstream:{name}:retire")
+            for key in [k for k in self._instances if k[0] == name]:
+                self._stop(key, "its server's entry changed in the config")
+            self._announced.pop(name, None)
+        started = []
+        for name in (*changes.added, *changes.changed):
+            downstream = self.downstreams[name] = self._downstream(new[name], on_tools_changed=self._rebuild)
+            self._start(downstream)
+            started.append(downstream)
+        # What clients see stays as it was while the new connections start, as at startup: bounded
+        # by the grace, after which a server still starting joins with `list_changed` when it is up.
+        with anyio.move_on_after(config.settings.startup_grace_seconds):
+            for downstream in started:
+                await downstream.first_attempt.wait()
+        await self._rebuild()
+        return changes
+
     async def wait_started(self) -> None:
         """Wait until every server has connected or failed its first attempt."""
         for downstream in self.downstreams.values():
@@ -436,8 +512,7 @@ async def open_hub(
     async with anyio.create_task_group() as tg:
         hub._task_group = tg
         for downstream in hub.downstreams.values():
-            tg.start_soon(downstream.run, name=f"downstream:{downstream.name}")
-            tg.start_soon(_check_health, downstream, name=f"downstream:{downstream.name}:health")
+            hub._start(downstream)
         tg.start_soon(hub._reap, name="downstream:reaper")
         try:
             with anyio.move_on_after(config.settings.startup_grace_seconds):

@@ -125,6 +125,14 @@ class Delegator:
         self._durable: DurableEpisodes | None = None
         self._http: httpx2.AsyncClient | None = None
 
+    def reconfigure(
+        self, config: Config, *, policy: Callable[[CheckedPlan], list[PlanProblem]] | None, refusal: str | None
+    ) -> None:
+        """Tasks started from now on follow `config` and `policy` (a live reload); the loop's own
+        settings (`toolscore.loop`, `toolscore.model`) change only at restart."""
+        self._config, self._policy, self.refusal = config, policy, refusal
+        self.__dict__.pop("_ctx", None)  # the plan context is made again, from the new config
+
     @cached_property
     def _ctx(self) -> PlanContext:
         from toolscore.loop.execute import PlanContext

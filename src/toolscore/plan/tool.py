@@ -171,6 +171,14 @@ class Orchestrator:
         self.capabilities: CapabilityHub | None = None
         """The ToolHub, for `<call capability="...">` steps (set by the front); without it they are refused."""
 
+    def reconfigure(
+        self, config: Config, *, policy: Callable[[CheckedPlan], list[PlanProblem]] | None, refusal: str | None
+    ) -> None:
+        """Plans checked from now on follow `config` and `policy` (a live reload); a plan running
+        goes on with what it was checked under. Episodes are kept."""
+        self._config, self._limits, self._policy, self.refusal = config, config.settings.plan, policy, refusal
+        self._shorthands = shorthand_table([(s.name, s.shorthands) for s in config.enabled_servers])
+
     def tool(self) -> mcp_types.Tool:
         """The tool definition, listing the shorthand tags and servers available now."""
         registry = self._tools.registry

@@ -16,24 +16,29 @@ __all__ = ["REDACTED", "RedactingAuditSink", "Redactor"]
 class RedactingAuditSink:
     """Redacts argument names and values, violations and error texts before they reach the audit file."""
 
-    def __init__(self, inner: AuditSink, redactor: Redactor) -> None:
+    def __init__(self, inner: AuditSink, redactor: Redactor | None) -> None:
         self._inner = inner
-        self._redactor = redactor
+        self.redactor = redactor
+        """What redacts (None: records pass as they are); a live reload of the config replaces it."""
 
     def write(self, record: AuditRecord) -> None:
         """Redact, then pass on."""
+        redactor = self.redactor
+        if redactor is None:
+            self._inner.write(record)
+            return
         update: dict[str, Any] = {}
         if (
             record.arguments is not None
-            and (arguments := self._redactor.json(record.arguments)) is not record.arguments
+            and (arguments := redactor.json(record.arguments)) is not record.arguments
         ):
             update["arguments"] = arguments
-        if record.error is not None and (error := self._redactor.text(record.error)) != record.error:
+        if record.error is not None and (error := redactor.text(record.error)) != record.error:
             update["error"] = error
         # A name can be the secret (`{"sk-…": true}`), and a violation quotes what it refused.
         for name in ("argument_names", "violations"):
             texts: tuple[str, ...] = getattr(record, name)
-            clean = tuple(self._redactor.text(t) for t in texts)
+            clean = tuple(redactor.text(t) for t in texts)
             if clean != texts:
                 update[name] = clean
         self._inner.write(record.model_copy(update=update) if update else record)  # most records hold no secret

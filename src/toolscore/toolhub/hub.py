@@ -104,6 +104,12 @@ class ToolHub:
         self.gateway_tools: Callable[[], list[mcp_types.Tool]] = list
         """The gateway's own tools in full (set by the front): search_tools returns one asked for by name."""
 
+    def reconfigure(self, config: Config, *, refusals: Mapping[str, str | None]) -> None:
+        """Capabilities, argument maps and settings from `config` from now on (a live reload);
+        learned scores are kept."""
+        self._config, self._settings, self._refusals = config, config.settings.toolhub, dict(refusals)
+        self._index = None
+
     # -- the index, rebuilt when the registry is (it is immutable, so identity says it changed)
 
     def _current(self) -> _Index:
