@@ -27,12 +27,15 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from toolscore._sdk import connection_of
 from toolscore.types import ANONYMOUS_CALLER
 
-__all__ = ["PRINCIPAL_SCOPE_KEY", "Callers"]
+__all__ = ["PRINCIPAL_SCOPE_KEY", "ROLES_SCOPE_KEY", "Callers"]
 
 log = structlog.get_logger("toolscore.callers")
 
 PRINCIPAL_SCOPE_KEY = "toolscore.principal"
 """Key of the ASGI scope where the HTTP front's authentication leaves the caller's principal."""
+ROLES_SCOPE_KEY = "toolscore.roles"
+"""Key of the ASGI scope where the HTTP front's authentication leaves the principal's roles (a tuple
+of strings; absent: none), which per-principal policy reads (`constraints.principals`)."""
 
 GoneListener = Callable[[str], None]
 
