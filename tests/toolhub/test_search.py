@@ -129,14 +129,14 @@ def test_hostile_schemas_and_texts_are_bounded() -> None:
     node = deep
     for i in range(40):
         child: dict[str, Any] = {"type": "object", "properties": {}}
-        node["properties"][f"level{i}"] = child
+        node["properties"][f"deep{chr(97 + i // 26)}{chr(97 + i % 26)}"] = child
         node = child
     wide = {f"p{i}": {"description": "x" * 5_000} for i in range(1_000)}
     huge = tool("huge", "word " * 200_000, wide)
     nested = mcp_types.Tool(name="nested", input_schema=deep)
     idx = index(extra=[huge, nested])
-    assert names(idx, "2") == ["s0__nested"]  # `level2`
-    assert "s0__nested" not in names(idx, "30", 5)  # past the depth that is read
+    assert names(idx, "deepac") == ["s0__nested"]  # the third level
+    assert names(idx, "deepbe") == []  # the 31st: past the depth that is read
     assert names(idx, "\udcff\x00 ö " + "é" * 10_000) == []
 
 
@@ -152,3 +152,33 @@ def test_search_time_does_not_grow_with_the_query_past_its_cap() -> None:
     capped = cpu("web search " * 1_000)  # already past the cap
     huge = cpu("web search " * 100_000)
     assert huge < capped * 3 + 0.05  # only the head of a query is read
+
+
+def test_values_in_a_query_name_a_kind_of_thing_and_adjacent_words_join() -> None:
+    extra = [
+        tool("get_config", "Get the browser configuration."),
+        tool("fetch_page", "Fetch a URL and return it as markdown.", {"url": {}}),
+        tool("localstorage_get", "Get one local storage item.", {"key": {}}),
+        tool("issue_42", "Nothing but a number in its name."),
+    ]
+    idx = index(extra=extra)
+    assert names(idx, "show me config.yaml") == ["s0__read_file"]  # a file name counts as `file`
+    assert names(idx, "https://example.org/docs/config") == ["s0__fetch_page"]  # a URL as `url`
+    assert names(idx, "local storage") == ["s0__localstorage_get"]  # two words, one in the name
+    assert names(idx, "42") == []  # a bare number says nothing of a tool
+
+
+def test_a_servers_own_words_count_once_not_in_every_field() -> None:
+    server_tools = {
+        "browser": [
+            tool("browser_close", "Close the page."),
+            tool("browser_resize", "Resize the browser window of the browser."),
+            tool("browser_tabs", "Browser tabs: list, open, close in the browser."),
+        ],
+        "files": [tool("close_file", "Close an open file handle.")],
+    }
+    found, config = routes(server_tools)
+    idx = SearchIndex(index_capabilities(found, config).tools)
+    # `browser` is every one of that server's tools: it picks the server, and `close` the tool
+    assert names(idx, "close the browser", 2) == ["browser__browser_close", "browser__browser_tabs"]
+    assert names(idx, "close", 1, server="files") == ["files__close_file"]

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from toolscore.toolhub.capabilities import Tagged
-from toolscore.toolhub.synonyms import related
-from toolscore.toolhub.text import MAX_TEXT_CHARS, terms
+from toolscore.toolhub.synonyms import related, stems
+from toolscore.toolhub.text import MAX_TEXT_CHARS, STOPWORDS, stem, terms
 
 __all__ = ["FIELD_WEIGHTS", "MAX_QUERY_WORDS", "Hit", "SearchIndex"]
 
@@ -53,6 +53,12 @@ _SYNONYM = 0.5
 _MAX_PARAMS = 64
 _MAX_DEPTH = 3
 _SENTENCE_END = re.compile(r"[.!?](\s|$)|\n")
+_WORD = re.compile(r"[A-Za-z][a-z]+|[A-Z]+(?![a-z])|[a-z]+|[0-9]+")
+_URL = re.compile(r"(?:[a-z][a-z0-9+.-]{0,15}://|www\.)\S|[\w-]{1,63}\.(?:com|org|net|io|dev)(?:/|$)", re.I)
+_FILE = re.compile(r"[\w*?./~-]{0,200}\w\.[A-Za-z][A-Za-z0-9]{0,3}$")
+_PREFIX_MIN_TOOLS = 3
+_PREFIX_SHARE = 0.8
+"""A word in at least this share of a server's tool names (of three or more) is the server's prefix."""
 _HINTS = (
     ("read_only_hint", "readonly"),
     ("destructive_hint", "destructive"),
@@ -91,7 +97,26 @@ def _parameters(schema: Any, depth: int = 0) -> Iterator[tuple[str, str]]:
             yield from _parameters(spec.get("items"), depth + 1)
 
 
-def _fields(tagged: Tagged) -> dict[str, list[str]]:
+def _server_words(tools: Mapping[str, Tagged]) -> dict[str, frozenset[str]]:
+    """Per server: its name's words, and words in nearly all of its tools' names (a prefix such as `browser_`)."""
+    names: dict[str, list[set[str]]] = defaultdict(list)
+    for tagged in tools.values():
+        route = tagged.route
+        names[route.server].append(set(terms(route.local_name or route.remote_name)))
+    out = {}
+    for server, sets in names.items():
+        common: set[str] = set()
+        if len(sets) >= _PREFIX_MIN_TOOLS:
+            counts: dict[str, int] = defaultdict(int)
+            for words in sets:
+                for word in words:
+                    counts[word] += 1
+            common = {w for w, n in counts.items() if n >= _PREFIX_SHARE * len(sets)}
+        out[server] = frozenset(terms(server)) | common
+    return out
+
+
+def _fields(tagged: Tagged, server_words: frozenset[str]) -> dict[str, list[str]]:
     route = tagged.route
     tool = route.tool
     description = (tool.description or "")[:MAX_TEXT_CHARS]
@@ -99,17 +124,48 @@ def _fields(tagged: Tagged) -> dict[str, list[str]]:
     title = " ".join(t for t in (tool.title, notes.title if notes else None) if t)
     params = [p for _, p in zip(range(_MAX_PARAMS), _parameters(tool.input_schema), strict=False)]
     hints = [word for attr, word in _HINTS if notes is not None and getattr(notes, attr)]
+
+    def own(words: list[str]) -> list[str]:
+        # The server's own words say which server, never which of its tools: they count once, as `server`.
+        return [w for w in words if w not in server_words]
+
     return {
-        "name": terms(route.local_name or route.remote_name),
-        "title": terms(title),
-        "summary": terms(_summary(description)),
-        "description": terms(description),
+        "name": own(terms(route.local_name or route.remote_name)),
+        "title": own(terms(title)),
+        "summary": own(terms(_summary(description))),
+        "description": own(terms(description)),
         "params": [t for name, _ in params for t in terms(name)],
-        "param_text": [t for _, text in params for t in terms(text)][:512],
+        "param_text": own([t for _, text in params for t in terms(text)][:512]),
         "annotations": hints,
         "tags": [t for tag in sorted(tagged.tags) for t in terms(tag)],
-        "server": terms(route.server),
+        "server": sorted(server_words),
     }
+
+
+def _query(query: str) -> list[tuple[str, str]]:
+    """(stem, the query's own word) per word that can tell tools apart, in order, first occurrence only.
+
+    Values in a query name a kind of thing, not a tool: a URL counts as `url`, a file name with an
+    extension as `file`, and a bare number not at all. Two adjacent words also count as one
+    (`local storage` finds `localstorage`, `look up` finds `lookup`), where the index knows it.
+    """
+    out: dict[str, str] = {}
+    previous: str | None = None
+    for token in query[:MAX_TEXT_CHARS].split():
+        kind = "url" if _URL.match(token) else "file" if _FILE.match(token) else None
+        if kind is not None:
+            out.setdefault(kind, token)
+            previous = None
+            continue
+        for raw in _WORD.findall(token):
+            lower = raw.lower()
+            if previous is not None and lower.isalpha():
+                out.setdefault(stem(previous + lower), f"{previous} {lower}")
+            previous = lower if lower.isalpha() else None
+            if lower.isdigit() or lower in STOPWORDS or len(lower) == 1:
+                continue
+            out.setdefault(stem(lower), lower)
+    return list(out.items())
 
 
 class SearchIndex:
@@ -120,11 +176,12 @@ class SearchIndex:
         self._servers: list[str] = []
         self._tags: list[frozenset[str]] = []
         docs: list[dict[str, list[str]]] = []
+        server_words = _server_words(tools)
         for name, tagged in tools.items():
             self._names.append(name)
             self._servers.append(tagged.route.server)
             self._tags.append(tagged.tags)
-            docs.append(_fields(tagged))
+            docs.append(_fields(tagged, server_words[tagged.route.server]))
         count = len(docs)
         average = {f: (sum(len(d[f]) for d in docs) / count if count else 0.0) or 1.0 for f in FIELD_WEIGHTS}
         weighted: dict[str, dict[int, float]] = defaultdict(lambda: defaultdict(float))
@@ -141,38 +198,55 @@ class SearchIndex:
         for term, per_doc in weighted.items():
             idf = math.log(1 + (count - len(per_doc) + 0.5) / (len(per_doc) + 0.5))
             self._postings[term] = {doc: idf * tf / (_K1 + tf) for doc, tf in per_doc.items()}
+        # A synonym-table term's postings merged with its synonyms' (each tool's best match, a synonym at
+        # a discount), once here: a few milliseconds at 2,000 tools, and no search pays for it.
+        self._expanded: dict[str, dict[int, float]] = {}
+        for term in sorted(stems()):
+            best = dict(self._postings.get(term, {}))
+            for other in sorted(related(term)):
+                for doc, value in self._postings.get(other, {}).items():
+                    if value * _SYNONYM > best.get(doc, 0.0):
+                        best[doc] = value * _SYNONYM
+            if best:
+                self._expanded[term] = best
 
     def __len__(self) -> int:
         return len(self._names)
 
+    def _matches(self, term: str) -> Mapping[int, float]:
+        """Each tool's best match for `term`: the term itself, or one of its synonyms at a discount."""
+        expanded = self._expanded.get(term)
+        return expanded if expanded is not None else self._postings.get(term, {})
+
     def search(self, query: str, k: int, *, server: str | None = None, capability: str | None = None) -> list[Hit]:
         """The `k` best tools for `query`, best first (no match: empty); `server`/`capability` narrow them."""
-        surface: dict[str, str] = {}  # stem -> the query's own word, for `matched`
-        for word in re.findall(r"[A-Za-z0-9]+", query[:MAX_TEXT_CHARS]):
-            for stemmed in terms(word):
-                surface.setdefault(stemmed, word.lower())
-        asked = list(surface)[:MAX_QUERY_WORDS]
         scores: dict[int, float] = defaultdict(float)
-        hits: dict[int, list[str]] = defaultdict(list)
-        for term in asked:
-            best: dict[int, float] = {}
-            for candidate, weight in ((term, 1.0), *((r, _SYNONYM) for r in sorted(related(term)))):
-                for doc, value in self._postings.get(candidate, {}).items():
-                    value *= weight
-                    if value > best.get(doc, 0.0):
-                        best[doc] = value
-            for doc, value in best.items():
-                scores[doc] += value
-                hits[doc].append(surface[term])
-
-        def allowed(doc: int) -> bool:
-            return (server is None or self._servers[doc] == server) and (
-                capability is None or capability in self._tags[doc]
+        matched: list[tuple[str, Mapping[int, float]]] = []
+        for term, word in _query(query)[:MAX_QUERY_WORDS]:
+            matches = self._matches(term)
+            if matches:
+                matched.append((word, matches))
+                for doc, value in matches.items():
+                    scores[doc] += value
+        if server is not None or capability is not None:
+            scores = defaultdict(
+                float,
+                {
+                    doc: score
+                    for doc, score in scores.items()
+                    if (server is None or self._servers[doc] == server)
+                    and (capability is None or capability in self._tags[doc])
+                },
             )
-
-        ranked = heapq.nsmallest(
-            k,
-            (doc for doc in scores if allowed(doc)),
-            key=lambda doc: (-round(scores[doc], 9), self._names[doc]),
+        if not scores or k < 1:
+            return []
+        # Every tool's terms are added in the query's order, so equal tools get bit-equal sums: the
+        # k-th best score is a sharp cut, and the tools at or above it are ordered by score, then name.
+        cut = heapq.nlargest(k, scores.values())[-1]
+        ranked = sorted(
+            (doc for doc, score in scores.items() if score >= cut), key=lambda d: (-scores[d], self._names[d])
         )
-        return [Hit(self._names[doc], round(scores[doc], 4), tuple(hits[doc])) for doc in ranked]
+        return [
+            Hit(self._names[doc], round(scores[doc], 4), tuple(word for word, matches in matched if doc in matches))
+            for doc in ranked[:k]
+        ]

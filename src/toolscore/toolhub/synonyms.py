@@ -14,7 +14,7 @@ from collections.abc import Mapping
 
 from toolscore.toolhub.text import stem
 
-__all__ = ["GROUPS", "related"]
+__all__ = ["GROUPS", "related", "stems"]
 
 GROUPS: tuple[tuple[str, ...], ...] = (
     # verbs
@@ -22,7 +22,7 @@ GROUPS: tuple[tuple[str, ...], ...] = (
     ("write", "save", "store", "persist", "put"),
     ("create", "new", "make", "add", "generate", "init", "initialize", "register"),
     ("update", "edit", "modify", "change", "set", "patch", "alter", "rename"),
-    ("delete", "remove", "erase", "drop", "destroy", "purge", "clear", "unlink"),
+    ("delete", "remove", "erase", "drop", "destroy", "purge", "clear", "unlink", "forget"),
     ("list", "enumerate", "ls", "browse"),
     ("search", "find", "grep", "query", "lookup", "look", "locate", "seek", "match"),
     ("fetch", "download", "http", "url", "web", "request", "curl", "scrape", "crawl", "retrieve", "link"),
@@ -43,14 +43,14 @@ GROUPS: tuple[tuple[str, ...], ...] = (
     ("navigate", "go", "visit", "goto", "open"),
     ("reply", "respond", "answer", "comment"),
     ("merge", "combine", "join"),
-    ("upload", "attach"),
+    ("upload", "attach", "push"),
     ("calculate", "compute", "math", "arithmetic", "sum", "add"),
     ("schedule", "book", "reserve", "plan"),
     ("check", "verify", "validate", "test"),
     # nouns
     ("file", "document", "doc"),
     ("folder", "directory", "dir"),
-    ("repository", "repo", "project"),
+    ("repository", "repo"),
     ("issue", "ticket", "bug", "task"),
     ("pull", "pr", "merge"),
     ("branch", "ref"),
@@ -59,13 +59,13 @@ GROUPS: tuple[tuple[str, ...], ...] = (
     ("email", "mail", "inbox"),
     ("image", "picture", "photo", "screenshot", "png", "jpeg"),
     ("page", "website", "site", "webpage", "browser", "tab"),
-    ("code", "source", "script", "snippet", "program"),
+    ("code", "source", "script", "snippet", "program", "codebase"),
     ("python", "py", "script"),
     ("database", "db", "sql", "table"),
     ("row", "record", "entry"),
     ("user", "person", "member", "people", "account", "profile"),
     ("calendar", "event", "meeting", "appointment"),
-    ("note", "memo", "memory", "observation"),
+    ("note", "memo", "memory", "observation", "remember", "recall"),
     ("weather", "forecast", "temperature"),
     ("time", "date", "clock", "timezone", "now"),
     ("place", "location", "address", "geocode", "map", "coordinate"),
@@ -73,6 +73,7 @@ GROUPS: tuple[tuple[str, ...], ...] = (
     ("package", "library", "dependency", "module"),
     ("variable", "namespace", "value"),
     ("log", "console", "output"),
+    ("log", "history"),
     ("key", "press", "keyboard"),
     ("tree", "hierarchy", "structure"),
     ("metadata", "info", "information", "detail", "stat", "property"),
@@ -80,6 +81,9 @@ GROUPS: tuple[tuple[str, ...], ...] = (
     ("content", "text", "body"),
     ("symbol", "function", "class", "definition", "method"),
     ("graph", "knowledge", "entity", "relation"),
+    ("relation", "link", "connect", "associate", "relationship"),
+    ("web", "internet", "online"),
+    ("secret", "password", "token", "credential"),
     ("research", "investigate", "study", "report"),
     ("environment", "env"),
     ("echo", "repeat", "reflect"),
@@ -103,3 +107,8 @@ _RELATED: Mapping[str, frozenset[str]] = _index(GROUPS)
 def related(term: str) -> frozenset[str]:
     """The other stems of every group `term` (a stem) is in; empty when it is in none."""
     return _RELATED.get(term, frozenset())
+
+
+def stems() -> frozenset[str]:
+    """Every stem that has synonyms."""
+    return frozenset(_RELATED)

@@ -1,0 +1,124 @@
+"""`search_tools`' retrieval quality on its golden set, and the search latency at 200 and 2,000 tools.
+
+    .venv/bin/python benchmarks/retrieval.py [--rounds 5] [--misses]
+
+The golden set (`benchmarks/data/toolhub_golden.json`, docs/toolhub.md says how it was made) holds
+tool definitions of published MCP servers and queries written as a user would, never naming the
+tool, each with graded relevance (2: the tool for the task, 1: one that would also do, else 0).
+The index is the one the gateway builds (`SearchIndex` over the real registry's routes and the
+capability tagger), queried as `search_tools` queries it.
+
+Quality, over every query: recall@1/5/10 (a grade-2 tool among the first k), MRR (of the first
+grade-2 tool; 0 past 100) and nDCG@10 (gains 2^grade - 1). Latency: `SearchIndex.search(query,
+10)` alone, per query, at 200 tools (the first 200 of the set) and at 2,000 (the set repeated
+under other server names, as a large gateway would hold similar servers), p50 and p95 over
+`--rounds` passes of every query. `--misses` lists the queries whose grade-2 tool is not in the
+top 5, with what came first.
+
+Targets (issue "Finding the right tool among thousands"): recall@5 >= 0.90, MRR >= 0.75,
+p95 <= 5 ms at 2,000 tools.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import mcp_types
+from _common import percentile
+
+from toolscore.config import parse_config
+from toolscore.downstream.registry import build_registry
+from toolscore.toolhub.capabilities import index_capabilities
+from toolscore.toolhub.search import SearchIndex
+
+GOLDEN = Path(__file__).parent / "data" / "toolhub_golden.json"
+
+
+def index_of(servers: dict[str, list[dict[str, Any]]]) -> SearchIndex:
+    """The gateway's search index over `servers` (name -> tool definitions)."""
+    tools = {name: [mcp_types.Tool.model_validate(t) for t in defs] for name, defs in servers.items()}
+    config = parse_config({"mcpServers": {name: {"type": "memory"} for name in servers}})
+    routes = list(build_registry(tools, config).routes.values())
+    return SearchIndex(index_capabilities(routes, config).tools)
+
+
+def quality(index: SearchIndex, queries: list[dict[str, Any]]) -> tuple[dict[str, float], list[str]]:
+    """The metrics over `queries`, and a line per query whose best tool is not in the top 5."""
+    found = {"recall@1": 0.0, "recall@5": 0.0, "recall@10": 0.0, "MRR": 0.0, "nDCG@10": 0.0}
+    misses = []
+    for entry in queries:
+        grades: dict[str, int] = entry["relevant"]
+        ranked = [hit.name for hit in index.search(entry["query"], 100)]
+        first = next((i + 1 for i, name in enumerate(ranked) if grades.get(name) == 2), None)
+        for k in (1, 5, 10):
+            found[f"recall@{k}"] += first is not None and first <= k
+        found["MRR"] += 1 / first if first else 0.0
+        dcg = sum((2 ** grades.get(name, 0) - 1) / math.log2(i + 2) for i, name in enumerate(ranked[:10]))
+        ideal = sorted(grades.values(), reverse=True)[:10]
+        found["nDCG@10"] += dcg / sum((2**g - 1) / math.log2(i + 2) for i, g in enumerate(ideal))
+        if first is None or first > 5:
+            misses.append(f"  {entry['query']!r}: rank {first or '>100'}; top 3 {ranked[:3]}")
+    return {name: value / len(queries) for name, value in found.items()}, misses
+
+
+def scaled(servers: dict[str, list[dict[str, Any]]], total: int) -> dict[str, list[dict[str, Any]]]:
+    """`total` tools: the set's servers, then copies of them under other names, cut at `total`."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    left = total
+    copy = 0
+    while left > 0:
+        for name, defs in servers.items():
+            if left <= 0:
+                break
+            out[name if copy == 0 else f"{name}{copy + 1}"] = defs[:left]
+            left -= len(out[name if copy == 0 else f"{name}{copy + 1}"])
+        copy += 1
+    return out
+
+
+def latency(index: SearchIndex, queries: list[str], rounds: int) -> tuple[float, float]:
+    """p50 and p95 of one search, in milliseconds."""
+    samples = []
+    for _ in range(rounds):
+        for query in queries:
+            began = time.perf_counter()
+            index.search(query, 10)
+            samples.append((time.perf_counter() - began) * 1000)
+    return percentile(samples, 0.5), percentile(samples, 0.95)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--misses", action="store_true", help="list the queries whose tool is not in the top 5")
+    args = parser.parse_args()
+    golden = json.loads(GOLDEN.read_text())
+    servers: dict[str, list[dict[str, Any]]] = golden["servers"]
+    queries: list[dict[str, Any]] = golden["queries"]
+    tools = sum(len(defs) for defs in servers.values())
+    graded = sum(len(q["relevant"]) for q in queries)
+    negatives = sum(len(q.get("hard_negatives", ())) for q in queries)
+    print(f"golden set: {len(queries)} queries over {tools} tools of {len(servers)} servers")
+    print(f"  {graded} graded pairs, {negatives} hard negatives")
+    began = time.perf_counter()
+    index = index_of(servers)
+    print(f"index built in {(time.perf_counter() - began) * 1000:.1f} ms")
+    metrics, misses = quality(index, queries)
+    print("  ".join(f"{name} {value:.3f}" for name, value in metrics.items()))
+    if args.misses:
+        print(f"{len(misses)} queries without their tool in the top 5:")
+        print("\n".join(misses))
+    words = [q["query"] for q in queries]
+    for total in (200, 2000):
+        big = index_of(scaled(servers, total))
+        p50, p95 = latency(big, words, args.rounds)
+        print(f"search latency at {len(big)} tools: p50 {p50:.3f} ms  p95 {p95:.3f} ms")
+
+
+if __name__ == "__main__":
+    main()

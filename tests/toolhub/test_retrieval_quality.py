@@ -1,0 +1,70 @@
+"""`search_tools` on the golden set (benchmarks/data/toolhub_golden.json) stays at least this good.
+
+The floors sit a little under what benchmarks/retrieval.py measured (docs/toolhub.md), so a change
+that makes retrieval worse fails here; raise them when the ranker gets better.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import mcp_types
+import pytest
+
+from toolscore.config import parse_config
+from toolscore.downstream.registry import build_registry
+from toolscore.toolhub.capabilities import index_capabilities
+from toolscore.toolhub.search import SearchIndex
+from toolscore.toolhub.text import terms
+
+GOLDEN = Path(__file__).parents[2] / "benchmarks" / "data" / "toolhub_golden.json"
+FLOORS = {"recall@5": 0.85, "recall@10": 0.89, "MRR": 0.64, "nDCG@10": 0.70}
+
+
+@pytest.fixture(scope="module")
+def golden() -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(GOLDEN.read_text())
+    return data
+
+
+@pytest.fixture(scope="module")
+def index(golden: dict[str, Any]) -> SearchIndex:
+    tools = {name: [mcp_types.Tool.model_validate(t) for t in defs] for name, defs in golden["servers"].items()}
+    config = parse_config({"mcpServers": {name: {"type": "memory"} for name in tools}})
+    routes = list(build_registry(tools, config).routes.values())
+    return SearchIndex(index_capabilities(routes, config).tools)
+
+
+def test_the_golden_set_keeps_its_own_rules(golden: dict[str, Any], index: SearchIndex) -> None:
+    names = {f"{server}__{t['name']}" for server, defs in golden["servers"].items() for t in defs}
+    assert len(names) >= 150 and len(index) == len(names)
+    assert len(golden["queries"]) >= 100
+    assert sum(bool(q.get("hard_negatives")) for q in golden["queries"]) >= 20
+    for entry in golden["queries"]:
+        grades: dict[str, int] = entry["relevant"]
+        assert 2 in grades.values(), entry
+        assert set(grades.values()) <= {1, 2} and set(grades) <= names, entry
+        assert set(entry.get("hard_negatives", ())) <= names - set(grades), entry
+        asked = set(terms(entry["query"]))
+        for name in grades:  # a query never names its tool: not every word of a name of two or more
+            words = set(terms(name.split("__", 1)[1]))
+            assert len(words) < 2 or not words <= asked, (entry["query"], name)
+
+
+def test_retrieval_on_the_golden_set_stays_above_its_floors(golden: dict[str, Any], index: SearchIndex) -> None:
+    found = dict.fromkeys(FLOORS, 0.0)
+    for entry in golden["queries"]:
+        grades: dict[str, int] = entry["relevant"]
+        ranked = [hit.name for hit in index.search(entry["query"], 100)]
+        first = next((i + 1 for i, name in enumerate(ranked) if grades.get(name) == 2), None)
+        found["recall@5"] += first is not None and first <= 5
+        found["recall@10"] += first is not None and first <= 10
+        found["MRR"] += 1 / first if first else 0.0
+        dcg = sum((2 ** grades.get(name, 0) - 1) / math.log2(i + 2) for i, name in enumerate(ranked[:10]))
+        ideal = sorted(grades.values(), reverse=True)[:10]
+        found["nDCG@10"] += dcg / sum((2**g - 1) / math.log2(i + 2) for i, g in enumerate(ideal))
+    measured = {name: round(value / len(golden["queries"]), 3) for name, value in found.items()}
+    assert all(measured[name] >= floor for name, floor in FLOORS.items()), measured
