@@ -138,26 +138,22 @@ class CatalogHandlers:
         """
         self._hub = hub
         self._engine = engine
-        self._callers = callers
         self._sessions = sessions
         self._bus = bus
-        self._peer_for = peer_for
         self._subscriptions = _Subscriptions()
+        self._callers = callers
+        self._peer_for = peer_for
 
     def register(self, server: Server[Any]) -> None:
         """Register the resource, prompt and completion handlers on `server`, and the hub listeners."""
-        handlers: list[tuple[str, type[Any], Any]] = [
-            ("resources/list", mcp_types.PaginatedRequestParams, self.list_resources),
-            ("resources/templates/list", mcp_types.PaginatedRequestParams, self.list_templates),
-            ("resources/read", mcp_types.ReadResourceRequestParams, self.read_resource),
-            ("resources/subscribe", mcp_types.SubscribeRequestParams, self.subscribe),
-            ("resources/unsubscribe", mcp_types.UnsubscribeRequestParams, self.unsubscribe),
-            ("prompts/list", mcp_types.PaginatedRequestParams, self.list_prompts),
-            ("prompts/get", mcp_types.GetPromptRequestParams, self.get_prompt),
-            ("completion/complete", mcp_types.CompleteRequestParams, self.complete),
-        ]
-        for method, params_type, handler in handlers:
-            server.add_request_handler(method, params_type, handler)
+        server.add_request_handler("resources/list", mcp_types.PaginatedRequestParams, self.list_resources)
+        server.add_request_handler("resources/templates/list", mcp_types.PaginatedRequestParams, self.list_templates)
+        server.add_request_handler("resources/read", mcp_types.ReadResourceRequestParams, self.read_resource)
+        server.add_request_handler("resources/subscribe", mcp_types.SubscribeRequestParams, self.subscribe)
+        server.add_request_handler("resources/unsubscribe", mcp_types.UnsubscribeRequestParams, self.unsubscribe)
+        server.add_request_handler("prompts/list", mcp_types.PaginatedRequestParams, self.list_prompts)
+        server.add_request_handler("prompts/get", mcp_types.GetPromptRequestParams, self.get_prompt)
+        server.add_request_handler("completion/complete", mcp_types.CompleteRequestParams, self.complete)
         self._hub.add_update_listener(self.updated)
         self._hub.add_catalog_listener(self.changed)
 

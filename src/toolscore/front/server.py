@@ -32,7 +32,7 @@ from toolscore.front.catalog import CatalogHandlers
 from toolscore.front.confirm import Sealer, confirmer
 from toolscore.front.express import ExpressLane
 from toolscore.front.fast import FastCalls
-from toolscore.front.forward import FrontPeers, LoggingHandlers, LogLevels, RootsHandlers
+from toolscore.front.forward import FrontPeer, FrontPeers, LoggingHandlers, LogLevels, RootsHandlers
 from toolscore.front.lanes import Lanes
 from toolscore.front.plan_tasks import PlanTasks
 from toolscore.front.relaying import front_call_of
@@ -54,7 +54,7 @@ if TYPE_CHECKING:
     from toolscore.front.http_fast import HttpCalls
     from toolscore.loop.models import SendRequest
 
-__all__ = ["FrontServer", "build_server", "exposed_tools"]
+__all__ = ["FrontServer", "ToolHandlers", "build_server", "exposed_tools"]
 
 log = structlog.get_logger("toolscore.server")
 
@@ -72,14 +72,32 @@ class FrontServer(Server[Any]):
     which would advertise `listChanged: false`.
     """
 
-    available: Callable[[str], bool] | None = None
-    """Whether some connected downstream declared a capability (`DownstreamHub.capable`)."""
-    fast: FastCalls | None = None
-    """The hot path for passthrough `tools/call`, taken by the stdio transport (`front.fast`)."""
-    http_calls: HttpCalls | None = None
-    """The same on the streamable HTTP front, set by `front.serve.http_app` (`front.http_fast`)."""
-    plan_tasks: PlanTasks | None = None
-    """`orchestrate` run as a task (`front.plan_tasks`); the gateway runs them while open."""
+    def __init__(self, tools: ToolHandlers, *, available: Callable[[str], bool], plan_tasks: PlanTasks) -> None:
+        """Args:
+        tools: The `tools/*` handlers (`ToolHandlers.register`): the hot path and the input schemas are theirs.
+        available: Whether some connected downstream declared a capability (`DownstreamHub.capable`).
+        plan_tasks: `orchestrate` run as a task (`front.plan_tasks`); the gateway runs them while open.
+        """
+        super().__init__(
+            "toolscore", version=__version__, instructions=INSTRUCTIONS, get_tool_input_schema=tools.input_schema
+        )
+        self.tool_handlers = tools
+        self.available = available
+        self.plan_tasks = plan_tasks
+
+    @property
+    def fast(self) -> FastCalls:
+        """The hot path for passthrough `tools/call`, taken by the stdio transport (`front.fast`)."""
+        return self.tool_handlers.fast
+
+    @property
+    def http_calls(self) -> HttpCalls | None:
+        """The same on the streamable HTTP front, set by `front.serve.http_app` (`front.http_fast`)."""
+        return self.tool_handlers.http_calls
+
+    @http_calls.setter
+    def http_calls(self, calls: HttpCalls | None) -> None:
+        self.tool_handlers.http_calls = calls
 
     def get_capabilities(
         self,
@@ -97,15 +115,13 @@ class FrontServer(Server[Any]):
             protocol_version=protocol_version,
         )
         has = self.available
-        if has is None:
-            return caps
         update: dict[str, Any] = {
             kind: None for kind in ("resources", "prompts", "completions", "logging") if not has(kind)
         }
         if caps.resources is not None and "resources" not in update and not has("subscribe"):
             update["resources"] = caps.resources.model_copy(update={"subscribe": False})
         # Relayed to the servers that run them, or the gateway's own plans (toolscore.front.tasks).
-        if has("tasks") or (self.plan_tasks is not None and self.plan_tasks.offered):
+        if has("tasks") or self.plan_tasks.offered:
             update["tasks"] = tasks_capability()
         return caps.model_copy(update=update)
 
@@ -215,26 +231,66 @@ def exposed_tools(
     return [*own, *hub.registry.tools()]
 
 
-def build_server(
-    hub: DownstreamHub,
-    engine: ToolExecutionEngine,
-    orchestrator: Orchestrator,
-    callers: Callers,
-    *,
-    toolhub: ToolHub | None = None,
-    delegator: Delegator | None = None,
-) -> FrontServer:
-    """The front server over `hub`'s tools, calling through `engine`, plus `orchestrate` (and the ToolHub's tools)."""
-    sessions: dict[int, ServerSession] = {}
-    bus = InMemorySubscriptionBus()
-    peers = FrontPeers(hub, LogLevels())
-    peer_for = peers.peer
-    sealer = Sealer()
+class ToolHandlers:
+    """The front's `tools/list` and `tools/call`: the gateway's own tools and every routed tool, on
+    the SDK path, the hot path and the express lane (`front.lanes` says which takes a call)."""
+
+    def __init__(
+        self,
+        hub: DownstreamHub,
+        engine: ToolExecutionEngine,
+        orchestrator: Orchestrator,
+        callers: Callers,
+        peer_for: Callable[[ServerRequestContext[Any]], FrontPeer],
+        *,
+        sessions: dict[int, ServerSession],
+        bus: InMemorySubscriptionBus,
+        toolhub: ToolHub | None = None,
+        delegator: Delegator | None = None,
+    ) -> None:
+        """Args:
+        hub: The routed tools and their servers.
+        engine: Runs every passthrough call (four phases, one audit record).
+        orchestrator: The `orchestrate` tool.
+        callers: Who is calling.
+        peer_for: The client of a request, for its servers' requests and logs.
+        sessions: The handshake-era front connections (filled here), told when the lists change.
+        bus: The 2026-07-28 listeners' subscription bus.
+        toolhub: The ToolHub's tools, if configured.
+        delegator: The `delegate` tool, if configured.
+        """
+        self._hub = hub
+        self._engine = engine
+        self._orchestrator = orchestrator
+        self._toolhub = toolhub
+        self._delegator = delegator
+        self._lanes = Lanes(hub, engine, plans=self._plans_allowed, own=self._kept_off_hot_path)
+        self._callers = callers
+        self._peer_for = peer_for
+        self._sealer = Sealer()
+        self._sessions = sessions
+        self._bus = bus
+        self.fast = FastCalls(self.hot_call, serves=self._hot, lane_for=self.lane_for)
+        """The hot path for passthrough `tools/call`, taken by the stdio transport (`front.fast`)."""
+        self.http_calls: HttpCalls | None = None
+        """The same on the streamable HTTP front, set by `front.serve.http_app` (`front.http_fast`)."""
+
+    def register(self, server: Server[Any]) -> None:
+        """Serve `tools/*` and `subscriptions/listen` on `server`; tell its clients when the tools change."""
+        server.add_request_handler("tools/list", mcp_types.PaginatedRequestParams, self.list_tools)
+        server.add_request_handler("tools/call", mcp_types.CallToolRequestParams, self.call_tool)
+        server.add_request_handler(
+            "subscriptions/listen", mcp_types.SubscriptionsListenRequestParams, ListenHandler(self._bus)
+        )
+        server.add_notification_handler("notifications/initialized", mcp_types.NotificationParams, self.on_initialized)
+        self._hub.add_listener(self.tools_changed)
 
     async def list_tools(
-        ctx: ServerRequestContext[Any], params: mcp_types.PaginatedRequestParams | None
+        self, ctx: ServerRequestContext[Any], params: mcp_types.PaginatedRequestParams | None
     ) -> mcp_types.ListToolsResult:
-        tools = exposed_tools(hub, orchestrator, toolhub)
+        """`exposed_tools`, and `delegate` where this client can run it."""
+        delegator, toolhub = self._delegator, self._toolhub
+        tools = exposed_tools(self._hub, self._orchestrator, toolhub)
         # Search mode lists three tools; `delegate` is found with search_tools like the rest.
         if (
             delegator is not None
@@ -247,10 +303,12 @@ def build_server(
         return mcp_types.ListToolsResult(tools=tools)
 
     async def call_tool(
-        ctx: ServerRequestContext[Any], params: mcp_types.CallToolRequestParams
+        self, ctx: ServerRequestContext[Any], params: mcp_types.CallToolRequestParams
     ) -> mcp_types.CallToolResult | mcp_types.InputRequiredResult:
+        """The SDK path's `tools/call`, and the error boundary (see the module docstring)."""
+        engine = self._engine
         progress = _progress_of(ctx)
-        caller = callers.identify(ctx)
+        caller = self._callers.identify(ctx)
         # A plan or a delegation is one of its client's calls in flight (its steps are its own):
         # refused at once over the cap, as a passthrough call is in the engine.
         held = params.name in (ORCHESTRATE, DELEGATE)
@@ -258,8 +316,8 @@ def build_server(
             return error_result(engine.over_cap_text())
         try:
             # The downstream's requests and logs go back to this client while the call lasts.
-            with on_behalf_of(caller, peer_for(ctx), ctx.protocol_version) as scope:
-                answer = await own_or_passthrough(ctx, params, progress, scope)
+            with on_behalf_of(caller, self._peer_for(ctx), ctx.protocol_version) as scope:
+                answer = await self.own_or_passthrough(ctx, params, progress, scope)
         except InputRequired as asked:  # 2026-07-28: the question goes back as the call's result
             return asked.answer()
         except Exception:
@@ -278,12 +336,14 @@ def build_server(
         return answer.result
 
     async def own_or_passthrough(
+        self,
         ctx: ServerRequestContext[Any],
         params: mcp_types.CallToolRequestParams,
         progress: ProgressFn | None,
         scope: CallScope,
     ) -> mcp_types.CallToolResult | mcp_types.InputRequiredResult | CallOutcome:
         """One of the gateway's own tools (its answer), or a passthrough call (the engine's outcome)."""
+        delegator, toolhub = self._delegator, self._toolhub
         caller = scope.caller or ""
         if params.name == ORCHESTRATE:
             durable = delegator.durable if delegator is not None else None
@@ -293,7 +353,7 @@ def build_server(
                 except Exception:  # the store is away (a Redis blip): the plan runs on what memory holds
                     log.warning("episode store unreachable: the plan runs without restoring", exc_info=True)
             with tracing.plan_span() as span:
-                answer = await orchestrator(
+                answer = await self._orchestrator(
                     params.arguments, progress=progress, request_id=ctx.request_id, caller=caller, scope=scope
                 )
                 if span is not None:
@@ -339,9 +399,10 @@ def build_server(
         if front is not None or task is not None:
             dumped = None if task is None else task.model_dump(by_alias=True, mode="json", exclude_none=True)
             scope = replace(scope, front=front, task=dumped)
-        return await passthrough(ctx, params, progress, scope)
+        return await self.passthrough(ctx, params, progress, scope)
 
     async def passthrough(
+        self,
         ctx: ServerRequestContext[Any],
         params: mcp_types.CallToolRequestParams,
         progress: ProgressFn | None,
@@ -349,102 +410,116 @@ def build_server(
         keep_bytes: bool = False,
     ) -> CallOutcome:
         """A downstream tool's call through the engine (`keep_bytes`: the hot path's, `front.fast`)."""
-        return await engine.execute(
+        return await self._engine.execute(
             params.name,
             params.arguments,
             request_id=ctx.request_id,
             progress=progress,
             session_id=scope.caller,
-            confirm=confirmer(ctx, params, scope.caller or "", sealer),
+            confirm=confirmer(ctx, params, scope.caller or "", self._sealer),
             keep_bytes=keep_bytes,
             scope=scope,
         )
 
-    def deferred() -> list[mcp_types.Tool]:
-        # The gateway's own tools in full, for search_tools to return by name.
-        own = [orchestrator.tool()] if orchestrator.refusal is None else []
-        if delegator is not None and delegator.refusal is None:
-            own.append(delegator.tool())
-        if toolhub is not None:
-            own.append(call_capability_tool(toolhub.capabilities))
-        return own
+    async def hot_call(
+        self, ctx: ServerRequestContext[Any], params: mcp_types.CallToolRequestParams, version: str
+    ) -> CallOutcome | mcp_types.CallToolResult | mcp_types.InputRequiredResult:
+        """The hot path's call (`front.fast.HotCall`)."""
+        if params.name == ORCHESTRATE:
+            return await self.call_tool(ctx, params)  # a plan: the SDK path's own handler, in the same context
+        # The hot path's passthrough call: the SDK path's, with the result kept as bytes.
+        with on_behalf_of(self._callers.identify(ctx), self._peer_for(ctx), version) as scope:
+            return await self.passthrough(ctx, params, _progress_of(ctx), scope, keep_bytes=True)
 
-    if toolhub is not None:
-        toolhub.gateway_tools = deferred
-        orchestrator.capabilities = toolhub  # `<call capability="...">` steps go through the hub
+    def _hot(self, name: str) -> bool:
+        """Whether the hot path takes a call of `name` (`FastCalls.serves`)."""
+        return self._lanes.hot(name, plan=name == ORCHESTRATE)
 
-    def input_schema(name: str) -> dict[str, Any] | None:
+    def _plans_allowed(self) -> bool:
+        return self._orchestrator.refusal is None
+
+    def _kept_off_hot_path(self, name: str) -> bool:
+        """Whether `name` is `delegate` or one of the ToolHub's tools (`Lanes`' `own`)."""
+        delegator, toolhub = self._delegator, self._toolhub
+        return (delegator is not None and name == DELEGATE) or (toolhub is not None and toolhub.handles(name))
+
+    def lane_for(self, ctx: ServerRequestContext[Any]) -> ExpressLane | None:
+        """The express lane of the client whose handshake ends with `ctx`, unless calls may not take it."""
+        lanes = self._lanes
+        if not lanes.express_open:
+            return None
+        return ExpressLane(
+            self._engine,
+            lanes.express,
+            version=ctx.protocol_version,
+            session_id=self._callers.identify(ctx),
+            peer=self._peer_for(ctx),
+        )
+
+    def input_schema(self, name: str) -> dict[str, Any] | None:
+        """A tool's input schema by name (`Server.get_tool_input_schema`), None where nothing is to be checked."""
+        delegator, orchestrator, toolhub = self._delegator, self._orchestrator, self._toolhub
         if delegator is not None and name == DELEGATE and delegator.refusal is None:
             return delegator.tool().input_schema
         if name == ORCHESTRATE and orchestrator.refusal is None:
             return orchestrator.tool().input_schema
         if toolhub is not None and toolhub.handles(name):
             return None  # the hub checks its own arguments, with messages a model can act on
-        route = hub.registry.get(name)
+        route = self._hub.registry.get(name)
         return route.tool.input_schema if route else None
 
-    server = FrontServer(
-        "toolscore",
-        version=__version__,
-        instructions=INSTRUCTIONS,
-        on_list_tools=list_tools,
-        on_call_tool=call_tool,
-        on_subscriptions_listen=ListenHandler(bus),
-        get_tool_input_schema=input_schema,
-    )
+    def gateway_tools(self) -> list[mcp_types.Tool]:
+        """The gateway's own tools in full, for search_tools to return by name (`ToolHub.gateway_tools`)."""
+        own = [self._orchestrator.tool()] if self._orchestrator.refusal is None else []
+        if self._delegator is not None and self._delegator.refusal is None:
+            own.append(self._delegator.tool())
+        if self._toolhub is not None:
+            own.append(call_capability_tool(self._toolhub.capabilities))
+        return own
 
-    async def on_initialized(ctx: ServerRequestContext[Any], params: mcp_types.NotificationParams) -> None:
-        # Once per handshake-era connection: remember it to push tools/list_changed later.
+    async def on_initialized(self, ctx: ServerRequestContext[Any], params: mcp_types.NotificationParams) -> None:
+        """Once per handshake-era connection: remember it to push tools/list_changed later."""
         connection = connection_of(ctx.session)
-        sessions[id(connection)] = ctx.session
-        if server.fast is not None:
-            server.fast.attach(ctx)
-        if server.http_calls is not None:
-            server.http_calls.attach(ctx)
-        connection.exit_stack.callback(sessions.pop, id(connection), None)
+        self._sessions[id(connection)] = ctx.session
+        self.fast.attach(ctx)
+        if self.http_calls is not None:
+            self.http_calls.attach(ctx)
+        connection.exit_stack.callback(self._sessions.pop, id(connection), None)
 
-    async def hot_call(
-        ctx: ServerRequestContext[Any], params: mcp_types.CallToolRequestParams, version: str
-    ) -> CallOutcome | mcp_types.CallToolResult | mcp_types.InputRequiredResult:
-        if params.name == ORCHESTRATE:
-            return await call_tool(ctx, params)  # a plan: the SDK path's own handler, in the same context
-        # The hot path's passthrough call: the SDK path's, with the result kept as bytes.
-        with on_behalf_of(callers.identify(ctx), peer_for(ctx), version) as scope:
-            return await passthrough(ctx, params, _progress_of(ctx), scope, keep_bytes=True)
-
-    lanes = Lanes(
-        hub,
-        engine,
-        plans=lambda: orchestrator.refusal is None,
-        own=lambda name: (
-            (delegator is not None and name == DELEGATE) or (toolhub is not None and toolhub.handles(name))
-        ),
-    )
-
-    def lane_for(ctx: ServerRequestContext[Any]) -> ExpressLane | None:
-        if not lanes.express_open:
-            return None
-        return ExpressLane(
-            engine, lanes.express, version=ctx.protocol_version, session_id=callers.identify(ctx), peer=peer_for(ctx)
-        )
-
-    server.fast = FastCalls(hot_call, serves=lambda name: lanes.hot(name, plan=name == ORCHESTRATE), lane_for=lane_for)
-    server.add_notification_handler("notifications/initialized", mcp_types.NotificationParams, on_initialized)
-    server.available = hub.capable
-    LoggingHandlers(hub, peers.levels).register(server)
-    CatalogHandlers(hub, engine, callers, sessions, bus, peer_for).register(server)
-    tasks = TaskHandlers(hub, engine, callers, peer_for, plans=orchestrator.refusal is None)
-    tasks.register(server)
-    server.plan_tasks = tasks.plans
-    RootsHandlers(hub, callers.identify, peer_for).register(server)
-
-    async def tools_changed() -> None:
-        for session in list(sessions.values()):
+    async def tools_changed(self) -> None:
+        """`tools/list_changed` to every handshake-era connection and every listener."""
+        for session in list(self._sessions.values()):
             try:
                 await session.send_tool_list_changed()
             except Exception as exc:  # a peer that went away must not stop the others
                 log.debug("list_changed not delivered", error=str(exc))
-        await bus.publish(ToolsListChanged())
+        await self._bus.publish(ToolsListChanged())
 
-    hub.add_listener(tools_changed)
+
+def build_server(
+    hub: DownstreamHub,
+    engine: ToolExecutionEngine,
+    orchestrator: Orchestrator,
+    callers: Callers,
+    *,
+    toolhub: ToolHub | None = None,
+    delegator: Delegator | None = None,
+) -> FrontServer:
+    """The front server over `hub`'s tools, calling through `engine`, plus `orchestrate` (and the ToolHub's tools)."""
+    sessions: dict[int, ServerSession] = {}
+    bus = InMemorySubscriptionBus()
+    peers = FrontPeers(hub, LogLevels())
+    tools = ToolHandlers(
+        hub, engine, orchestrator, callers, peers.peer, sessions=sessions, bus=bus, toolhub=toolhub, delegator=delegator
+    )
+    tasks = TaskHandlers(hub, engine, callers, peers.peer, plans=orchestrator.refusal is None)
+    if toolhub is not None:
+        toolhub.gateway_tools = tools.gateway_tools
+        orchestrator.capabilities = toolhub  # `<call capability="...">` steps go through the hub
+    server = FrontServer(tools, available=hub.capable, plan_tasks=tasks.plans)
+    tools.register(server)
+    LoggingHandlers(hub, peers.levels).register(server)
+    CatalogHandlers(hub, engine, callers, sessions, bus, peers.peer).register(server)
+    tasks.register(server)
+    RootsHandlers(hub, callers.identify, peers.peer).register(server)
     return server

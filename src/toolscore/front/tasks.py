@@ -179,14 +179,10 @@ class TaskHandlers:
         self._callers.on_gone(self._routes.forget)
         self._callers.on_gone(self.plans.forget)
         server.middleware.append(self.task_calls)
-        handlers: list[tuple[str, type[Any], Any]] = [
-            ("tasks/get", mcp_types.GetTaskRequestParams, self.get_task),
-            ("tasks/result", mcp_types.GetTaskPayloadRequestParams, self.task_result),
-            ("tasks/cancel", mcp_types.CancelTaskRequestParams, self.cancel_task),
-            ("tasks/list", mcp_types.PaginatedRequestParams, self.list_tasks),
-        ]
-        for method, params_type, handler in handlers:
-            server.add_request_handler(method, params_type, handler)
+        server.add_request_handler("tasks/get", mcp_types.GetTaskRequestParams, self.get_task)
+        server.add_request_handler("tasks/result", mcp_types.GetTaskPayloadRequestParams, self.task_result)
+        server.add_request_handler("tasks/cancel", mcp_types.CancelTaskRequestParams, self.cancel_task)
+        server.add_request_handler("tasks/list", mcp_types.PaginatedRequestParams, self.list_tasks)
 
     async def task_calls(self, ctx: ServerRequestContext[Any], call_next: CallNext) -> HandlerResult:
         """The middleware: a task-augmented `tools/call` answered with its task, under the id the client sees."""
