@@ -17,6 +17,7 @@ PURE = [
     "_naming.py",
     "_tokens.py",
     "_envfile.py",
+    "audit/chain.py",
     "audit/sinks.py",
     "clients/entries.py",
     "clients/jsonc.py",

@@ -140,6 +140,11 @@ def _parser() -> argparse.ArgumentParser:
     stats.add_argument(
         "--shared", action="store_true", help="read every replica's records: the Redis stream of toolscore.state"
     )
+    verify = audit_sub.add_parser("verify", parents=[common], help="check the audit log's hash chain")
+    verify.add_argument("file", nargs="?", type=Path, help="the audit file (default: from the config)")
+    verify.add_argument(
+        "--shared", action="store_true", help="check the Redis stream of toolscore.state instead of a file"
+    )
     tail = audit_sub.add_parser("tail", parents=[common], help="the latest records")
     tail.add_argument("-n", type=int, default=20, help="how many (default 20)")
     tail.add_argument("-f", "--follow", action="store_true", help="keep printing new records")
@@ -332,6 +337,39 @@ def _record_line(r: AuditRecord) -> str:
     return f"{r.time.isoformat(timespec='seconds')} {r.tool} {status} {r.duration_ms:.1f}ms{tokens}{extra}"
 
 
+def _verify(path: Path, shared: Config | None) -> int:
+    """`audit verify`: the first broken link of the chain (exit 1), or that it is whole (0)."""
+    from toolscore.audit.chain import GENESIS, verify
+    from toolscore.audit.sinks import audit_lines
+
+    if shared is not None:
+        from toolscore.state.redis_store import stream_entries  # imports the Redis client: only when asked
+
+        assert shared.settings.state is not None  # the config requires it with audit.stream
+        what = f"the stream {shared.settings.state_prefix}audit"
+        try:
+            report = verify(stream_entries(shared.settings.state, prefix=shared.settings.state_prefix))
+        except ConfigError as exc:
+            print(f"toolscore: error: {exc}", file=sys.stderr)
+            return 1
+    else:
+        what = str(path)
+        report = verify(audit_lines(path))
+    if not report.whole:
+        print(f"toolscore: audit chain broken at {report.broken_at}: {report.problem}", file=sys.stderr)
+        print(f"{report.records} records verified before it", file=sys.stderr)
+        return 1
+    if report.head is None:
+        print(f"toolscore: no chained record in {what} ({report.unchained} records before the chain began)")
+        return 1
+    start = "its first record" if report.starts_at == GENESIS else f"a record no longer kept ({report.starts_at})"
+    print(f"audit chain whole: {report.records} records in {what}, from {start}")
+    if report.unchained:
+        print(f"{report.unchained} older records before the chain began are not covered")
+    print(f"head {report.head}")
+    return 0
+
+
 def _audit(args: argparse.Namespace, config: Config) -> int:
     from toolscore._gateway import audit_path
     from toolscore.audit.sinks import audit_files, read_audit
@@ -351,6 +389,8 @@ def _audit(args: argparse.Namespace, config: Config) -> int:
     def warn(message: str) -> None:
         print(f"toolscore: warning: {message}", file=sys.stderr)
 
+    if args.audit_command == "verify":
+        return _verify(path, config if shared else None)
     if args.audit_command == "tail":
         for record in read_audit(path, warn=warn)[-args.n :] if args.n > 0 else []:
             print(_record_line(record))

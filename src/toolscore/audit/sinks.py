@@ -5,13 +5,21 @@ call is answered: the kernel has the line once the client sees the answer, so a 
 gateway loses nothing already answered, and concurrent writers never interleave within a line.
 That costs a few microseconds per call; `fsync` (surviving a power cut too) is an option, as is
 rotation by size.
+
+Each line carries `"prev"`, the SHA-256 of the line before it (`audit/chain.py`), across rotation
+and restarts, so `toolscore audit verify` finds an edited, removed or inserted record. Writers in
+several processes take an advisory lock around each append and read the head again when another
+one wrote since, so the chain stays one chain.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import hashlib
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
@@ -22,6 +30,7 @@ from pydantic import BaseModel, ConfigDict
 from pydantic_core import PydanticSerializationError
 
 from toolscore._json import scrub_unpaired_surrogates
+from toolscore.audit.chain import GENESIS, link
 
 __all__ = [
     "AuditRecord",
@@ -30,6 +39,7 @@ __all__ = [
     "MemoryAuditSink",
     "NullAuditSink",
     "audit_files",
+    "audit_lines",
     "read_audit",
 ]
 
@@ -149,12 +159,17 @@ class JsonlAuditSink:
         self._backups = backups
         self._fd: int | None = self._open()
         self._size = os.fstat(self._fd).st_size
+        self._head, self._torn = _tail(self._fd, self._size)
+        if self._size == 0 and (before := self.path.with_name(f"{self.path.name}.1")).is_file():
+            with open(before, "rb") as fh:  # rotated, then restarted before a record: go on from there
+                self._head = _tail(fh.fileno(), os.fstat(fh.fileno()).st_size)[0]
         self.lost = 0
         """Records that could not be written (since the sink was opened)."""
         self._failing = False
 
     def _open(self) -> int:
-        return os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        # Read and write: the head of the chain is read back from the file (`_tail`).
+        return os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
 
     def write(self, record: AuditRecord) -> None:
         """Hand the record's line to the kernel in one write.
@@ -164,21 +179,14 @@ class JsonlAuditSink:
         """
         if self._fd is None:
             return
+        fields = {k: v for k, v in vars(record).items() if v is not None}
         try:
-            # msgspec writes the JSON `model_dump_json(exclude_none=True)` writes (a float's exponent
-            # aside: 1e16 for 1e+16) in a third of the time, on the call's path.
-            line = _encode({k: v for k, v in vars(record).items() if v is not None}) + b"\n"
-        except (TypeError, ValueError):  # a lone surrogate (plan JSON allows "\ud800"), a value msgspec refuses
-            line = (_dump_json(record) + "\n").encode()
-        if self._max_bytes is not None and self._size and self._size + len(line) > self._max_bytes:
-            self._rotate()
-        try:
-            written = os.write(self._fd, line)
-            self._size += written
-            if written != len(line):
-                raise OSError(f"short write: {written} of {len(line)} bytes")
-            if self._fsync:
-                os.fsync(self._fd)
+            locked = _lock(self._fd)
+            try:
+                self._append(record, fields)
+            finally:
+                if locked and self._fd is not None:
+                    _unlock(self._fd)
         except OSError as exc:
             self.lost += 1
             if not self._failing:
@@ -188,6 +196,29 @@ class JsonlAuditSink:
         if self._failing:
             self._failing = False
             log.warning("audit file writable again", path=str(self.path), lost=self.lost)
+
+    def _append(self, record: AuditRecord, fields: dict[str, Any]) -> None:
+        assert self._fd is not None
+        size = os.fstat(self._fd).st_size
+        if size != self._size:  # another process appended (or the file was cut): the head moved
+            self._head, self._torn = _tail(self._fd, size)
+            self._size = size
+        try:
+            # msgspec writes the JSON `model_dump_json(exclude_none=True)` writes (a float's exponent
+            # aside: 1e16 for 1e+16) in a third of the time, on the call's path.
+            body = _encode({**fields, "prev": self._head})
+        except (TypeError, ValueError):  # a lone surrogate (plan JSON allows "\ud800"), a value msgspec refuses
+            body = (_dump_json(record)[:-1] + f',"prev":"{self._head}"}}').encode()
+        if self._max_bytes is not None and self._size and self._size + len(body) + 1 > self._max_bytes:
+            self._rotate()
+        line = b"\n" + body + b"\n" if self._torn else body + b"\n"  # a torn last line stays its own line
+        written = os.write(self._fd, line)
+        self._size += written
+        if written != len(line):
+            raise OSError(f"short write: {written} of {len(line)} bytes")
+        self._head, self._torn = link(body), False
+        if self._fsync:
+            os.fsync(self._fd)
 
     def _rotate(self) -> None:
         """Shift the backups and start a new file; if that fails, keep appending to the current one.
@@ -210,7 +241,7 @@ class JsonlAuditSink:
             log.error("audit rotation failed; appending to the current file", path=str(self.path), error=str(exc))
             self._size = 0  # try again after another max_bytes, not on every record
             return
-        old, self._fd, self._size = self._fd, fd, 0
+        old, self._fd, self._size, self._torn = self._fd, fd, 0, False  # the head goes on into the new file
         os.close(old)
 
     def close(self) -> None:
@@ -218,6 +249,58 @@ class JsonlAuditSink:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+
+
+_TAIL_CHUNK = 65536
+
+
+def _lock(fd: int) -> bool:
+    """Take the file's advisory lock (False where the file system has none: one writer assumed)."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    except OSError:
+        return False
+    return True
+
+
+def _unlock(fd: int) -> None:
+    with contextlib.suppress(OSError):
+        fcntl.flock(fd, fcntl.LOCK_UN)
+
+
+def _tail(fd: int, size: int) -> tuple[str, bool]:
+    """The hash of the file's last complete line (`GENESIS` for none), and whether a torn line follows it."""
+    if size == 0:
+        return GENESIS, False
+    torn = os.pread(fd, 1, size - 1) != b"\n"
+    end = _last_newline(fd, size)
+    if end < 0:
+        return GENESIS, torn
+    start = _last_newline(fd, end) + 1
+    digest = hashlib.sha256()
+    for at in range(start, end, _TAIL_CHUNK):  # in chunks: a huge line is never held whole
+        digest.update(os.pread(fd, min(_TAIL_CHUNK, end - at), at))
+    return digest.hexdigest(), torn
+
+
+def _last_newline(fd: int, end: int) -> int:
+    """The offset of the last newline before `end`, or -1."""
+    at = end
+    while at > 0:
+        start = max(0, at - _TAIL_CHUNK)
+        if (found := os.pread(fd, at - start, start).rfind(b"\n")) >= 0:
+            return start + found
+        at = start
+    return -1
+
+
+def audit_lines(path: str | os.PathLike[str]) -> Iterator[tuple[str, bytes]]:
+    """Every line of an audit file and its rotated predecessors, oldest first, as (`file:line`, bytes)."""
+    for file in audit_files(path):
+        with open(file, "rb") as fh:
+            for number, line in enumerate(fh, 1):
+                if line.strip():
+                    yield f"{file}:{number}", line.rstrip(b"\n")
 
 
 def audit_files(path: str | os.PathLike[str]) -> list[Path]:

@@ -10,12 +10,19 @@ Keys, all under `toolscore.state_prefix` (default `toolscore:`):
 | `flight:<sha256>` | string (the leading flight's id) | the call's deadline + 5 s |
 | `flight:<sha256>:<flight>` | string (the result's JSON) | 10 s |
 | `audit` | stream (one field `r`: the record's JSON) | `audit.stream_ttl_seconds` after the last record |
+| `toolhub:scores` | hash (tool -> its learned score's JSON, `toolhub/persist.py`) | a week after the last save |
+| `audit:head` | string (the hash of the stream's last record) | as the stream |
 
 The bucket script reads Redis's own clock (`TIME`), so replicas whose clocks differ still agree.
 The audit stream is written with a blocking client before the call is answered, as the JSONL
 file is: a replica killed the next instant has lost nothing it answered. A Redis that does not
 answer within `_AUDIT_TIMEOUT` loses the record (counted, logged), and is left alone for
 `_AUDIT_BACKOFF` seconds so calls do not each wait for it.
+
+The stream is one hash chain across replicas (`audit/chain.py`): each record's `prev` names the
+record before it in the stream. A replica writes with the head it expects; a Lua script appends
+only if that is still the head, and otherwise answers the head, for the replica to re-encode and
+try again.
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ from __future__ import annotations
 import contextlib
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, cast
 
 import anyio
@@ -34,15 +41,28 @@ from pydantic_core import PydanticSerializationError
 from redis.commands.core import AsyncScript
 
 from toolscore._json import scrub_unpaired_surrogates
+from toolscore.audit.chain import GENESIS, link
 from toolscore.audit.sinks import AuditRecord, AuditSink
 from toolscore.config import AuditConfig
 from toolscore.errors import ConfigError, Rejected
 
-__all__ = ["RedisEpisodes", "RedisState", "RedisStreamSink", "read_stream"]
+__all__ = ["RedisEpisodes", "RedisState", "RedisStreamSink", "read_stream", "stream_entries"]
 
 log = structlog.get_logger("toolscore.state")
 
 _AUDIT_TIMEOUT = 0.5
+_AUDIT_TRIES = 8
+"""Appends a writer retries when other replicas keep moving the head (each retry is one round trip)."""
+# KEYS: the stream, its head. ARGV: the head expected ("" for none), the record, its hash, the
+# stream's approximate length cap, the TTL in ms. Returns nil when appended, else the actual head.
+_APPEND = """
+local head = redis.call('GET', KEYS[2]) or ''
+if head ~= ARGV[1] then return head end
+redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[4], '*', 'r', ARGV[2])
+redis.call('SET', KEYS[2], ARGV[3], 'PX', ARGV[5])
+redis.call('PEXPIRE', KEYS[1], ARGV[5])
+return false
+"""
 _AUDIT_BACKOFF = 5.0
 _READ_CHUNK = 1000
 
@@ -252,6 +272,27 @@ class RedisState:
         )
         return FanOutSink(sink, stream)
 
+    async def read_scores(self) -> dict[str, bytes | str]:
+        """The ToolHub's saved scores, every replica's (tool -> JSON); {} when Redis fails (logged)."""
+        try:
+            raw = await self._client.hgetall(f"{self.prefix}toolhub:scores")
+        except redis.RedisError as exc:
+            log.warning("toolhub scores not read: Redis failed", error=f"{type(exc).__name__}: {exc}")
+            return {}
+        return {(k.decode("utf-8", "replace") if isinstance(k, bytes) else str(k)): v for k, v in raw.items()}
+
+    async def write_scores(self, scores: Mapping[str, str], ttl_seconds: float) -> None:
+        """Save some tools' scores (tool -> JSON); the hash lives `ttl_seconds` from now (failures logged)."""
+        key = f"{self.prefix}toolhub:scores"
+        try:
+            async with self._client.pipeline(transaction=True) as pipe:
+                for tool, score in scores.items():
+                    pipe.hset(key, tool, score)
+                pipe.expire(key, max(1, int(ttl_seconds)))
+                await pipe.execute()
+        except redis.RedisError as exc:
+            log.warning("toolhub scores not saved: Redis failed", error=f"{type(exc).__name__}: {exc}")
+
     async def aclose(self) -> None:
         """Close the pool."""
         await self._client.aclose()
@@ -326,6 +367,10 @@ class RedisStreamSink:
     ) -> None:
         self._client = redis.Redis.from_url(url, socket_timeout=_AUDIT_TIMEOUT, socket_connect_timeout=_AUDIT_TIMEOUT)
         self.key = f"{prefix}audit"
+        self._head_key = f"{prefix}audit:head"
+        self._append = self._client.register_script(_APPEND)
+        self._head = ""
+        """The head this replica last saw ("": none yet); the script corrects it when another moved it."""
         self._max = max_records
         self._ttl_ms = max(1, int(ttl_seconds * 1000))
         self._clock = clock
@@ -334,7 +379,8 @@ class RedisStreamSink:
         """Records that could not be appended."""
 
     def write(self, record: AuditRecord) -> None:
-        """Append the record (XADD and EXPIRE in one round trip); a failure loses it, never the call."""
+        """Append the record on the chain (one script: one round trip while the head is ours); a
+        failure loses it, never the call."""
         if self._clock() < self._resume_at:
             self.lost += 1
             return
@@ -343,10 +389,17 @@ class RedisStreamSink:
         except PydanticSerializationError:  # a lone surrogate: keep the rest, as the JSONL sink does
             text = scrub_unpaired_surrogates(record).model_dump_json(exclude_none=True)
         try:
-            pipe = self._client.pipeline(transaction=False)
-            pipe.xadd(self.key, {"r": text}, maxlen=self._max, approximate=True)
-            pipe.pexpire(self.key, self._ttl_ms)
-            pipe.execute()
+            for _ in range(_AUDIT_TRIES):
+                body = f'{text[:-1]},"prev":"{self._head or GENESIS}"}}'.encode()
+                digest = link(body)
+                moved = self._append(
+                    keys=[self.key, self._head_key], args=[self._head, body, digest, self._max, self._ttl_ms]
+                )
+                if moved is None:
+                    self._head = digest
+                    return
+                self._head = moved.decode() if isinstance(moved, bytes) else str(moved)
+            raise redis.RedisError(f"the chain's head moved {_AUDIT_TRIES} times in a row")
         except redis.RedisError as exc:
             self.lost += 1
             self._resume_at = self._clock() + _AUDIT_BACKOFF
@@ -388,6 +441,30 @@ class FanOutSink:
         """Close every sink."""
         for sink in self._sinks:
             sink.close()
+
+
+def stream_entries(url: str, *, prefix: str = "toolscore:") -> Iterator[tuple[str, bytes]]:
+    """Every entry of the shared audit stream as (`key id`, the record's bytes), oldest first, for
+    `audit/chain.verify`; an entry without a record is an empty body (a broken link).
+
+    Raises:
+        ConfigError: Redis cannot be reached.
+    """
+    client = redis.Redis.from_url(url, socket_timeout=10.0)
+    key, start = f"{prefix}audit", "-"
+    try:
+        while True:
+            try:
+                chunk = cast(list[tuple[bytes, dict[bytes, bytes]]], client.xrange(key, start, "+", _READ_CHUNK))
+            except redis.RedisError as exc:
+                raise ConfigError(f"cannot read the audit stream {key} at toolscore.state: {exc}") from None
+            for entry_id, fields in chunk:
+                yield f"{key} {entry_id.decode()}", fields.get(b"r", b"")
+            if len(chunk) < _READ_CHUNK:
+                return
+            start = "(" + chunk[-1][0].decode()
+    finally:
+        client.close()
 
 
 def read_stream(
