@@ -76,6 +76,7 @@ def read(text: str, targets: Targets = KNOWN) -> tuple[str, list[str], list[str]
         ("${1}", KNOWN, ("${1}", [], [])),  # already canonical
         ("costs $1 or $9.50, awk '{print $1}'", KNOWN, ("costs $1 or $9.50, awk '{print $1}'", [], [])),
         ("$9", KNOWN, ("$9", [], [])),  # a price as a whole value: no step 9
+        ("$9.result", KNOWN, ("$9.result", [], ["unknown_reference"])),  # a path: a reference, to nothing
         # A `$` without braces.
         ("$a.text and $step2", KNOWN, ("${a.text} and ${step2}", ["bare $"] * 2, [])),
         ("$step_9", KNOWN, ("$step_9", [], ["unknown_reference"])),
@@ -310,7 +311,19 @@ def test_a_long_run_of_one_dialect_is_one_short_warning() -> None:
         ),
         (
             "<search>x</search><search><ref id='nope' path='x'/></search>",
-            ("unknown_reference", "step 2 uses <ref id='nope' path='x'/>, which names no step or id 'nope'"),
+            (
+                "unknown_reference",
+                "step 2 uses <ref id='nope' path='x'/>, which names no step or id 'nope'; "
+                'write id="<a call\'s id>" or step="N" (this plan\'s steps are 1 to 2)',
+            ),
+        ),
+        (
+            "<search>x</search><search>$9.text</search>",
+            (
+                "unknown_reference",
+                "step 2 uses $9.text (LLMCompiler's $1), which names no step (this plan's steps are 1 to 2); "
+                "write ${N.text} for step N",
+            ),
         ),
         (
             "<search>x</search><search><ref id='step_1'/></search>",

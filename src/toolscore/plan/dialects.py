@@ -183,6 +183,11 @@ class _Reader:
             if known and (path or self.whole(i, end)):
                 self.read(i, end, name, path, LLMCOMPILER)
                 return end
+            if path and not known:
+                # `$9.result`: a path makes it a reference (a price has none), and it names nothing.
+                why = f" ({DIALECTS[LLMCOMPILER]}), which names no step{self.steps()}; write ${{N{path}}} for step N"
+                self.refuse("unknown_reference", i, end, why)
+                return end
             self.out.append(text[i:end])
             return end
         if known:
@@ -236,6 +241,10 @@ class _Reader:
             return close
         self.out.append(text[i:end])  # `$HOME$PATH`: text; the `$` at `end` is read on its own
         return end
+
+    def steps(self) -> str:
+        calls = self.targets.calls
+        return f" (this plan's steps are {calls[0]} to {calls[-1]})" if calls else ""
 
     def meant(self, target: int | str) -> str:
         number = target if isinstance(target, int) else step_like(target)
@@ -326,7 +335,8 @@ class _Reader:
             )
             return end
         if not self.targets.known(target):
-            self.refuse("unknown_reference", i, end, f", which names no step or id '{target}'{self.meant(target)}")
+            fix = self.meant(target) or f'; write id="<a call\'s id>" or step="N"{self.steps()}'
+            self.refuse("unknown_reference", i, end, f", which names no step or id '{target}'{fix}")
             return end
         self.read(i, end, name.strip(), path, REF_ELEMENT)
         return end
