@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import socket
@@ -33,6 +34,17 @@ TOOLSCORE = str(Path(sys.executable).parent / "toolscore")
 @pytest.fixture(scope="session")
 def anyio_backend() -> str:
     return "asyncio"
+
+
+_STATE_DIRS = itertools.count()
+
+
+@pytest.fixture(autouse=True)
+def _own_state_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test's gateways keep what they save by default (the ToolHub's learned scores, logs) in a
+    folder of their own, created only when written: never the user's, and never another test's."""
+    base = tmp_path_factory.getbasetemp() / "state"
+    monkeypatch.setenv("XDG_STATE_HOME", str(base / str(next(_STATE_DIRS))))
 
 
 def fixture_entry(state_dir: Path, **extra: Any) -> dict[str, Any]:

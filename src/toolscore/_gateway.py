@@ -36,6 +36,7 @@ from toolscore.state import open_state
 from toolscore.telemetry import tracing
 from toolscore.toolhub import ObservingSink, Scoreboard, ToolHub
 from toolscore.toolhub.catalog import OWN_TOOLS
+from toolscore.toolhub.persist import score_store
 
 if TYPE_CHECKING:
     from starlette.types import ASGIApp
@@ -223,6 +224,10 @@ async def open_gateway(
     # The ToolHub orders capability candidates by what the audit stream says of each tool.
     scores = Scoreboard(half_life_seconds=config.settings.toolhub.half_life_seconds)
     sink = ObservingSink(sink, scores)
+    # What it learned in earlier runs (the state directory, or Redis), saved again when it closes.
+    kept = score_store(config, state)
+    if kept is not None:
+        await kept.load_into(scores)
     if metrics is not None:
         from toolscore.telemetry.metrics import MetricsSink
 
@@ -310,6 +315,9 @@ async def open_gateway(
                     await delegator.aclose()
     finally:
         sink.close()
+        if kept is not None:
+            with anyio.CancelScope(shield=True):
+                await kept.save_from(scores)
         if state is not None:
             with anyio.CancelScope(shield=True):
                 await state.aclose()

@@ -522,6 +522,10 @@ class ToolHubSettings(_Frozen):
     """...or once the full `tools/list` would be larger than this (bytes of JSON)."""
     half_life_seconds: float = Field(default=300.0, gt=0)
     """How fast a tool's past failures are forgiven when ranking candidates."""
+    persist_scores: bool = True
+    """Keep the learned scores across restarts: in Redis with `toolscore.state`, else in `scores_path`."""
+    scores_path: str | None = None
+    """The scores file (default `<state dir>/toolhub-scores.json`)."""
 
 
 class ModelConfig(_Frozen):

@@ -4,23 +4,31 @@ Every audit record of a downstream call updates its tool's score; a cancelled ca
 a `first_success` race) and a call refused before it reached the server say nothing about the
 server and are ignored. Failures are forgiven with time (`half_life_seconds`), so a tool that a
 `fallback` strategy stops reaching after failures is tried first again later.
+
+The board outlives the process (`persist.py`): `snapshot` gives what changed since the last one,
+`restore` takes a saved board back. Times are wall-clock seconds, so forgiveness runs on while
+the gateway is down, and a score not refreshed for `FORGET_AFTER_SECONDS` is dropped on restore.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import TypeVar
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any, TypeVar
 
 from toolscore.audit.sinks import AuditRecord, AuditSink
 
-__all__ = ["ObservingSink", "Scoreboard", "ToolScore"]
+__all__ = ["FORGET_AFTER_SECONDS", "MAX_SAVED_TOOLS", "ObservingSink", "Scoreboard", "ToolScore"]
 
 T = TypeVar("T")
 _ALPHA = 0.5
 """Weight of the newest outcome: three successes in a row undo three failures."""
+FORGET_AFTER_SECONDS = 7 * 24 * 3600.0
+"""A saved score older than this says too little about the tool today: it is not restored."""
+MAX_SAVED_TOOLS = 10_000
+"""At most this many tools' scores are restored from one saved board (a hostile file is bounded)."""
 _NOT_THE_SERVERS_FAULT = frozenset({"cancelled", "rejected", "invalid_arguments", "tool_not_found"})
 
 
@@ -33,17 +41,39 @@ class ToolScore:
     latency_ms: float | None = None
     """Exponentially weighted duration of its successful calls."""
     at: float = 0.0
-    """When the last counted call ended (the clock of the board)."""
+    """When the last counted call ended (the clock of the board: wall-clock seconds)."""
     calls: int = 0
+
+    @classmethod
+    def from_saved(cls, raw: Any) -> ToolScore | None:
+        """A score as `snapshot` saved it; None when anything in it is not what a snapshot writes."""
+        if not isinstance(raw, Mapping):
+            return None
+        success, at = _number(raw.get("success")), _number(raw.get("at"))
+        latency = raw.get("latency_ms")
+        calls = raw.get("calls")
+        if success is None or at is None or not 0.0 <= success <= 1.0:
+            return None
+        if latency is not None and ((latency := _number(latency)) is None or latency < 0):
+            return None
+        if not isinstance(calls, int) or isinstance(calls, bool) or calls < 0:
+            return None
+        return cls(success, latency, at, calls)
+
+
+def _number(value: Any) -> float | None:
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    return float(value) if ok else None
 
 
 class Scoreboard:
     """Scores per exposed tool, and the order candidates are tried in."""
 
-    def __init__(self, *, half_life_seconds: float = 300.0, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, *, half_life_seconds: float = 300.0, clock: Callable[[], float] = time.time) -> None:
         self._half_life = half_life_seconds
         self._clock = clock
         self._scores: dict[str, ToolScore] = {}
+        self._changed: set[str] = set()
 
     def observe(self, record: AuditRecord) -> None:
         """Count one audit record (records that are not a downstream call's outcome are ignored)."""
@@ -61,6 +91,31 @@ class Scoreboard:
             )
         score.at = self._clock()
         score.calls += 1
+        self._changed.add(record.tool)
+
+    def snapshot(self, *, changed_only: bool = False) -> dict[str, dict[str, Any]]:
+        """Every score (or those changed since the last snapshot) as plain JSON values, by tool."""
+        tools = sorted(self._changed) if changed_only else sorted(self._scores)
+        self._changed.clear()
+        return {tool: asdict(self._scores[tool]) for tool in tools}
+
+    def restore(self, saved: Mapping[str, Any]) -> int:
+        """Take back a saved board: each score newer than the one held, not older than a week; how many.
+
+        Entries that are not what `snapshot` writes are skipped, so a damaged or hostile file costs
+        only its own entries.
+        """
+        now = self._clock()
+        taken = 0
+        for tool, raw in list(saved.items())[:MAX_SAVED_TOOLS]:
+            score = ToolScore.from_saved(raw)
+            if not isinstance(tool, str) or score is None or now - score.at > FORGET_AFTER_SECONDS:
+                continue
+            held = self._scores.get(tool)
+            if held is None or held.at < score.at:
+                self._scores[tool] = score
+                taken += 1
+        return taken
 
     def get(self, tool: str) -> ToolScore | None:
         """The tool's score, if any of its calls were counted."""
