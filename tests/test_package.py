@@ -51,6 +51,7 @@ PURE = [
     "toolhub/synthesis.py",
     "toolhub/text.py",
     "trust/poison.py",
+    "trust/verdict.py",
 ]
 
 

@@ -184,6 +184,7 @@ def _exposed_per_server(gw: Gateway) -> dict[str, int]:
 
 def _check(gw: Gateway, as_json: bool, out: list[str]) -> int:
     statuses = gw.hub.statuses()
+    suspects = [*gw.hub.registry.suspects, *gw.hub.catalog.suspects]
     exposed = _exposed_per_server(gw)
     if as_json:
         rows = [
@@ -192,7 +193,7 @@ def _check(gw: Gateway, as_json: bool, out: list[str]) -> int:
                 "state": s.state.value,
                 "tools": exposed.get(s.name, 0),
                 "downstream_tools": s.tools,
-                "poisoning": [p.as_dict() for p in gw.hub.registry.suspects if p.server == s.name],
+                "poisoning": [p.as_dict() for p in suspects if p.server == s.name],
             }
             for s in statuses
         ]
@@ -207,6 +208,7 @@ def _check(gw: Gateway, as_json: bool, out: list[str]) -> int:
             )
         out.append(_table(table))
         out.extend(f"warning: {problem}" for problem in gw.hub.registry.problems)
+        out.extend(f"warning: {p.problem(p.server)}" for p in gw.hub.catalog.suspects)
     return 0 if all(s.state.value == "up" for s in statuses) else 1
 
 

@@ -346,9 +346,9 @@ class ServerConfig(BaseModel):
     argument_maps: dict[str, dict[str, str]] = Field(default_factory=dict)
     """Downstream tool name -> {capability argument: this tool's argument}, for capability calls."""
     poisoning: Literal["flag", "quarantine", "off"] = "flag"
-    """The poisoning scan of this server's tool definitions (docs/security.md): `flag` lists a tool
-    with findings and warns in `check` and the console; `quarantine` does not route it until it is
-    approved in `poisoning_approved`; `off` skips the scan."""
+    """The poisoning scan of this server's tool, prompt and template definitions (docs/security.md):
+    `flag` lists one with findings and warns in `check` and the console; `quarantine` does not route
+    it until it is approved in `poisoning_approved`; `off` skips the scan."""
     poisoning_approved: tuple[str, ...] = ()
     """Tools listed despite their findings: `name@digest` (that definition only, the digest `check
     --json` shows) or a downstream tool name glob (whatever its definition becomes)."""

@@ -15,12 +15,14 @@ from __future__ import annotations
 import re
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 from urllib.parse import quote, unquote
 
 import mcp_types
 
 from toolscore._naming import public_name
-from toolscore.config import Config
+from toolscore.config import Config, ServerConfig
+from toolscore.trust.verdict import Kind, Suspect, flagged, screen
 
 __all__ = [
     "SCHEME",
@@ -135,6 +137,8 @@ class Catalog:
     problems: tuple[str, ...] = ()
     down: frozenset[str] = frozenset()
     """Servers that are down but were up once: still routed (a read says "restarting"), not listed."""
+    suspects: tuple[Suspect, ...] = ()
+    """Templates and prompts of connected servers with poisoning findings: listed (flagged) or held."""
 
     def listed_resources(self) -> list[mcp_types.Resource]:
         """The exposed resources of the connected servers."""
@@ -189,6 +193,9 @@ class Catalog:
         return namespaced_uri(server, uri) if server in self.namespaced else uri
 
 
+_Listed = TypeVar("_Listed", mcp_types.Prompt, mcp_types.ResourceTemplate)
+
+
 def build_catalog(lists: Mapping[str, ServerLists], config: Config, *, down: Collection[str] = ()) -> Catalog:
     """Index the resources, templates and prompts of every connected server.
 
@@ -203,7 +210,22 @@ def build_catalog(lists: Mapping[str, ServerLists], config: Config, *, down: Col
     problems: list[str] = []
     namespaced: set[str] = set()
     plain: list[str] = []
+    suspects: list[Suspect] = []
     separator = config.settings.separator
+
+    def screened(kind: Kind, server: str, cfg: ServerConfig, name: str, public: str, model: _Listed) -> _Listed | None:
+        """The poisoning scan's verdict: the definition as listed (flagged or not), or None when held."""
+        if cfg.poisoning == "off":
+            return model
+        definition = model.model_dump(by_alias=True, mode="json", exclude_none=True)
+        suspect = screen(kind, server, name, public, definition, mode=cfg.poisoning, approvals=cfg.poisoning_approved)
+        if suspect is None:
+            return model
+        if server not in down:
+            suspects.append(suspect)
+            problems.append(suspect.problem(server))
+        return None if suspect.quarantined else flagged(model, suspect)
+
     for server in (name for name in config.servers if name in lists):
         cfg = config.servers[server]
         prefix = server if cfg.prefix is None else cfg.prefix
@@ -225,8 +247,10 @@ def build_catalog(lists: Mapping[str, ServerLists], config: Config, *, down: Col
                     f"resource template '{public}' of server '{server}' is already listed by '{other_template.server}'"
                 )
                 continue
+            if (exposed := screened("resource_template", server, cfg, original, public, template)) is None:
+                continue
             templates[public] = TemplateRoute(
-                server, original, template.model_copy(update={"uri_template": public}), _literals(original)
+                server, original, exposed.model_copy(update={"uri_template": public}), _literals(original)
             )
         for prompt in found.prompts:
             name, _ = public_name(prefix, prompt.name, separator)
@@ -235,5 +259,10 @@ def build_catalog(lists: Mapping[str, ServerLists], config: Config, *, down: Col
                     f"prompt '{name}' of server '{server}' is already taken by server '{other_prompt.server}'"
                 )
                 continue
-            prompts[name] = PromptRoute(server, prompt.name, prompt.model_copy(update={"name": name}))
-    return Catalog(resources, templates, prompts, frozenset(namespaced), tuple(plain), tuple(problems), frozenset(down))
+            if (exposed_prompt := screened("prompt", server, cfg, prompt.name, name, prompt)) is None:
+                continue
+            prompts[name] = PromptRoute(server, prompt.name, exposed_prompt.model_copy(update={"name": name}))
+    return Catalog(
+        resources, templates, prompts, frozenset(namespaced), tuple(plain), tuple(problems), frozenset(down),
+        tuple(suspects),
+    )  # fmt: skip

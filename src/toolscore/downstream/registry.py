@@ -6,7 +6,6 @@ Rebuilt from scratch whenever a server's tool list changes; a rebuild is cheap n
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -26,8 +25,9 @@ from toolscore._naming import public_name
 from toolscore.config import Config
 from toolscore.downstream.schema_check import Check, compile_check
 from toolscore.trust.poison import Finding, scan
+from toolscore.trust.verdict import Suspect, flagged, screen
 
-__all__ = ["POISONING_META", "Registry", "Route", "Suspect", "build_registry"]
+__all__ = ["Registry", "Route", "build_registry"]
 
 # Results are re-validated per negotiated version by the SDK: one tool that fails there would
 # fail the whole tools/list, so every tool is checked against both protocol eras up front.
@@ -40,34 +40,6 @@ _CHECKED: dict[str, str | None] = {}
 _CHECKED_MAX = 8192
 # The poisoning scan's findings per (definition, downstream name, other servers' tool names), alike.
 _SCANNED: dict[tuple[str, str, frozenset[str]], tuple[Finding, ...]] = {}
-
-POISONING_META = "io.toolscore/poisoning"
-"""The `_meta` key of a listed tool the poisoning scan flagged: its digest and findings."""
-
-
-@dataclass(frozen=True, slots=True)
-class Suspect:
-    """A tool the poisoning scan found something in (docs/security.md)."""
-
-    server: str
-    tool: str
-    """The downstream tool name."""
-    public_name: str
-    digest: str
-    """A digest of the definition: `poisoning_approved: ["tool@digest"]` approves exactly this one."""
-    findings: tuple[Finding, ...]
-    quarantined: bool
-    """Not routed (`"poisoning": "quarantine"`, not approved); else listed, with a warning."""
-
-    def as_dict(self) -> dict[str, Any]:
-        """JSON-ready, as `check --json` prints it."""
-        return {
-            "tool": self.tool,
-            "exposed_as": self.public_name,
-            "digest": self.digest,
-            "quarantined": self.quarantined,
-            "findings": [f.as_dict() for f in self.findings],
-        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -262,34 +234,15 @@ def lenient(schema: Any, depth: int = 0) -> Any:
     return schema if out is None else out
 
 
-def _suspect(
-    tool: mcp_types.Tool, definition: dict[str, Any], key: str, others: frozenset[str]
-) -> tuple[tuple[Finding, ...], str]:
-    """The scan's findings for one downstream definition (remembered), and the definition's digest."""
+def _scanned(tool: mcp_types.Tool, definition: dict[str, Any], key: str, others: frozenset[str]) -> tuple[Finding, ...]:
+    """The scan's findings for one downstream definition, remembered."""
     memo = (key, tool.name, others)
     if (findings := _SCANNED.get(memo)) is None:
-        findings = scan("tool", {**definition, "name": tool.name}, others=others)
+        findings = scan("tool", definition, others=others)
         if len(_SCANNED) >= _CHECKED_MAX:
             del _SCANNED[next(iter(_SCANNED))]
         _SCANNED[memo] = findings
-    if not findings:
-        return findings, ""
-    canonical = json.dumps({**definition, "name": tool.name}, sort_keys=True, separators=(",", ":"))
-    return findings, hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()[:16]
-
-
-def _approved(tool: str, digest: str, approved: Sequence[str]) -> bool:
-    """`tool@digest` approves that definition; a name glob, whatever the definition."""
-    if f"{tool}@{digest}" in approved:
-        return True
-    return matches(tool, [entry for entry in approved if "@" not in entry])
-
-
-def _flagged(tool: mcp_types.Tool, digest: str, findings: tuple[Finding, ...]) -> mcp_types.Tool:
-    """The exposed tool with the findings in its `_meta`, for clients and the console to show."""
-    brief = [{"check": f.check, "severity": f.severity.value, "where": f.where, "excerpt": f.excerpt} for f in findings]
-    meta = {**(tool.meta or {}), POISONING_META: {"digest": digest, "findings": brief}}
-    return tool.model_copy(update={"meta": meta})
+    return findings
 
 
 def _ignore(problem: str) -> None:
@@ -357,20 +310,19 @@ def build_registry(
             if cfg.poisoning != "off":
                 # Another server's tool named in a description is shadowing; this server's own is not.
                 others = everyone - names[server]
-                findings, digest = _suspect(tool, dump["tools"][0], key, others)
-                if findings:
-                    held = cfg.poisoning == "quarantine" and not _approved(tool.name, digest, cfg.poisoning_approved)
-                    checks = ", ".join(sorted({f.check for f in findings}))
+                definition = {**dump["tools"][0], "name": tool.name}
+                findings = _scanned(tool, definition, key, others)
+                suspect = screen(
+                    "tool", server, tool.name, name, definition, mode=cfg.poisoning,
+                    approvals=cfg.poisoning_approved, findings=findings,
+                )  # fmt: skip
+                if suspect is not None:
                     if server not in resting:
-                        suspects.append(Suspect(server, tool.name, name, digest, findings, held))
-                    if held:
-                        report(
-                            f"server '{server}' tool '{tool.name}' quarantined by the poisoning scan ({checks}); to"
-                            f' list it, add "poisoning_approved": ["{tool.name}@{digest}"] to the server'
-                        )
+                        suspects.append(suspect)
+                    report(suspect.problem(server))
+                    if suspect.quarantined:
                         continue
-                    report(f"server '{server}' tool '{tool.name}' listed with poisoning findings: {checks}")
-                    exposed_tool = _flagged(exposed_tool, digest, findings)
+                    exposed_tool = flagged(exposed_tool, suspect)
             routes[name] = Route(
                 name,
                 server,
