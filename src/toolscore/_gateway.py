@@ -32,6 +32,7 @@ from toolscore.front.server import FrontServer, build_server, exposed_tools
 from toolscore.loop.tool import DELEGATE, Delegator
 from toolscore.plan.tool import ORCHESTRATE, Orchestrator
 from toolscore.policy import Policy, RedactingAuditSink, build_policy
+from toolscore.policy.principals import Directory
 from toolscore.state import open_state
 from toolscore.telemetry import tracing
 from toolscore.toolhub import ObservingSink, Scoreboard, ToolHub
@@ -74,6 +75,8 @@ class Gateway:
     """The sink whose own `lost` count says how many records it dropped (the file, the stream)."""
     apply: Callable[[Config], Awaitable[ConfigChanges]] | None = None
     """Puts a new config in force (`reload`)."""
+    roles: Directory | None = None
+    """The roles each principal's credentials carried when last seen (per-principal policy)."""
     reload_problem: str | None = None
     """Why the last reload kept the running config (an invalid file), until one succeeds."""
 
@@ -213,7 +216,8 @@ async def open_gateway(
     """
     state = open_state(config)  # None: every piece of state in this process
     records = state.episodes(config.settings.loop.episode_ttl_seconds) if state is not None else None
-    policy = build_policy(config, state=state)
+    directory = Directory()  # the principals' roles, as the HTTP front authenticates them
+    policy = build_policy(config, state=state, directory=directory)
     sink = audit if audit is not None else _audit_sink(config)
     settings = config.settings
     if settings.audit.stream and state is not None:  # every replica's records in one stream
@@ -261,7 +265,7 @@ async def open_gateway(
                 policy=policy.plan_problems,
                 refusal=policy.gateway_tool_refusal(ORCHESTRATE),
             )
-            callers = Callers()
+            callers = Callers(roles=directory)
             callers.on_gone(orchestrator.episodes.forget)
             callers.on_gone(hub.caller_gone)
             hub.add_reap_hook(callers.drain)
@@ -292,7 +296,7 @@ async def open_gateway(
             async def apply(config: Config) -> ConfigChanges:
                 # One step with no await until the hub's: every call begun after it runs under the
                 # new rules, every call in flight under those it began with.
-                policy = build_policy(config, state=state)
+                policy = build_policy(config, state=state, directory=directory)
                 rules(config, policy)
                 orchestrator.reconfigure(
                     config, policy=policy.plan_problems, refusal=policy.gateway_tool_refusal(ORCHESTRATE)
@@ -308,7 +312,18 @@ async def open_gateway(
             try:
                 async with running_plans(server.plan_tasks):  # plans run as tasks end with the gateway
                     yield Gateway(
-                        config, hub, engine, server, orchestrator, toolhub, delegator, metrics, console, lossy, apply
+                        config,
+                        hub,
+                        engine,
+                        server,
+                        orchestrator,
+                        toolhub,
+                        delegator,
+                        metrics,
+                        console,
+                        lossy,
+                        apply,
+                        roles=directory,
                     )
             finally:
                 with anyio.CancelScope(shield=True):

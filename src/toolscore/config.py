@@ -417,6 +417,30 @@ class AuditConfig(_Frozen):
     """The stream expires this long after its last record."""
 
 
+class Quota(_Frozen):
+    """What one principal may use (`constraints.principals`); each limit off unless set."""
+
+    calls_per_minute: int | None = Field(default=None, ge=1)
+    """Tool calls a minute, as a bucket that refills evenly (bursts up to the whole minute's)."""
+    concurrent: int | None = Field(default=None, ge=1)
+    """Tool calls running at once."""
+    calls_per_day: int | None = Field(default=None, ge=1)
+    """Tool calls a day (UTC)."""
+    result_bytes_per_day: int | None = Field(default=None, ge=1)
+    """Bytes of results a day (UTC); the call that crosses the line is answered, the next refused."""
+
+
+class PrincipalRules(_Frozen):
+    """Rules for one principal or role (`constraints.principals`), on top of the global ones."""
+
+    tools: ToolRules = Field(default_factory=ToolRules)
+    """Globs over exposed tool names: deny wins; with `allow`, only what it names."""
+    quota: Quota = Field(default_factory=Quota)
+
+
+_PrincipalKey = Annotated[str, Field(pattern=r"^(role:)?[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}$")]
+
+
 class ConstraintsConfig(_Frozen):
     """The constraint-hook phase of the engine; off unless enabled."""
 
@@ -432,6 +456,9 @@ class ConstraintsConfig(_Frozen):
     """Coalesce identical concurrent calls to read-only tools into one downstream call."""
     plugins: tuple[PluginConfig, ...] = ()
     """Third-party hooks, run after the built-in rules, in this order."""
+    principals: dict[_PrincipalKey, PrincipalRules] = Field(default_factory=dict)
+    """Rules per principal (`NAME`, as a token file or an access token names it) or per role
+    (`role:NAME`), composed with the global rules: deny wins (docs/policy.md#per-principal-rules)."""
 
 
 class PlanSettings(_Frozen):

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import itertools
 import weakref
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol
 
 import structlog
 from mcp.server import ServerRequestContext
@@ -40,10 +40,18 @@ of strings; absent: none), which per-principal policy reads (`constraints.princi
 GoneListener = Callable[[str], None]
 
 
+class RoleBook(Protocol):
+    """Where the roles a principal's credentials carry are noted (`toolscore.policy.principals.Directory`)."""
+
+    def note(self, principal: str, roles: Iterable[str]) -> None: ...
+
+
 class Callers:
     """Maps a front request to its caller's identity; tells listeners when a caller's channel closes."""
 
-    def __init__(self) -> None:
+    def __init__(self, roles: RoleBook | None = None) -> None:
+        """`roles`: told the roles each principal's credentials carry (per-principal policy reads them)."""
+        self._roles = roles
         self._ids: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
         self._counter = itertools.count(1)
         self._listeners: list[GoneListener] = []
@@ -63,7 +71,7 @@ class Callers:
             anchor = connection.outbound
             caller = self._ids.get(anchor)
             if caller is None:
-                principal = _principal(ctx)
+                principal = self._principal(ctx)
                 caller = (
                     f"c{next(self._counter)}" if principal is None else f"principal:{principal}/c{next(self._counter)}"
                 )
@@ -75,8 +83,17 @@ class Callers:
                     # collected (something may hold it for minutes: the session's instance did).
                     connection.exit_stack.callback(self._gone, caller)
             return caller
-        principal = _principal(ctx)
+        principal = self._principal(ctx)
         return f"principal:{principal}" if principal else ANONYMOUS_CALLER
+
+    def _principal(self, ctx: ServerRequestContext[Any]) -> str | None:
+        """The request's principal (`_principal`), its roles told to the role book."""
+        principal = _principal(ctx)
+        if principal is not None and self._roles is not None:
+            scope = getattr(ctx.request, "scope", None)
+            roles = scope.get(ROLES_SCOPE_KEY, ()) if isinstance(scope, dict) else ()
+            self._roles.note(principal, roles if isinstance(roles, tuple) else ())
+        return principal
 
     def _gone(self, caller: str) -> None:
         # A finalizer may run in any thread, in the middle of anything: only note it here.

@@ -45,7 +45,7 @@ class PlanContext:
     engine: ToolExecutionEngine
     limits: PlanSettings
     shorthands: Mapping[str, tuple[str, Shorthand]]
-    policy: Callable[[CheckedPlan], list[PlanProblem]] | None = None
+    policy: Callable[[CheckedPlan, str | None], list[PlanProblem]] | None = None
     max_argument_bytes: int | None = None
     limiters: dict[str, anyio.CapacityLimiter] = field(default_factory=dict)
 
@@ -126,7 +126,7 @@ class TurnCalls:
             earlier_steps={n: r.id for n, r in episode.steps.items()},
             earlier_ids=dict(episode.ids),
         )
-        problems = self._ctx.policy(checked) if self._ctx.policy is not None else []
+        problems = self._ctx.policy(checked, self._caller) if self._ctx.policy is not None else []
         if self._servers is not None:
             problems += [
                 PlanProblem(

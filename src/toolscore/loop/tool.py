@@ -101,7 +101,7 @@ class Delegator:
         engine: ToolExecutionEngine,
         config: Config,
         contract: Callable[[], str],
-        policy: Callable[[CheckedPlan], list[PlanProblem]] | None = None,
+        policy: Callable[[CheckedPlan, str | None], list[PlanProblem]] | None = None,
         refusal: str | None = None,
         plan_episodes: EpisodeStore | None = None,
         records: EpisodeRecords | None = None,
@@ -126,7 +126,11 @@ class Delegator:
         self._http: httpx2.AsyncClient | None = None
 
     def reconfigure(
-        self, config: Config, *, policy: Callable[[CheckedPlan], list[PlanProblem]] | None, refusal: str | None
+        self,
+        config: Config,
+        *,
+        policy: Callable[[CheckedPlan, str | None], list[PlanProblem]] | None,
+        refusal: str | None,
     ) -> None:
         """Tasks started from now on follow `config` and `policy` (a live reload); the loop's own
         settings (`toolscore.loop`, `toolscore.model`) change only at restart."""

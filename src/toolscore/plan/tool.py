@@ -152,7 +152,7 @@ class Orchestrator:
         engine: ToolExecutionEngine,
         config: Config,
         audit: AuditSink,
-        policy: Callable[[CheckedPlan], list[PlanProblem]] | None = None,
+        policy: Callable[[CheckedPlan, str | None], list[PlanProblem]] | None = None,
         refusal: str | None = None,
     ) -> None:
         """Args:
@@ -172,7 +172,11 @@ class Orchestrator:
         """The ToolHub, for `<call capability="...">` steps (set by the front); without it they are refused."""
 
     def reconfigure(
-        self, config: Config, *, policy: Callable[[CheckedPlan], list[PlanProblem]] | None, refusal: str | None
+        self,
+        config: Config,
+        *,
+        policy: Callable[[CheckedPlan, str | None], list[PlanProblem]] | None,
+        refusal: str | None,
     ) -> None:
         """Plans checked from now on follow `config` and `policy` (a live reload); a plan running
         goes on with what it was checked under. Episodes are kept."""
@@ -257,9 +261,9 @@ class Orchestrator:
             if len(plan) > _OFFLOAD_BYTES:
                 # Parsing and checking are linear, but a large plan still takes milliseconds:
                 # a worker thread keeps every other client's calls moving meanwhile.
-                turn, checked = await anyio.to_thread.run_sync(self._prepare, plan, *earlier, table)
+                turn, checked = await anyio.to_thread.run_sync(self._prepare, plan, *earlier, table, caller)
             else:
-                turn, checked = self._prepare(plan, *earlier, table)
+                turn, checked = self._prepare(plan, *earlier, table, caller)
         except (PlanSyntaxError, PlanCheckError) as exc:
             self._audit_plan(plan, request_id, None, began, {"plan_error": len(exc.problems)}, success=False)
             tracing.plan_event("refused", {"toolscore.problems": len(exc.problems)})
@@ -320,10 +324,12 @@ class Orchestrator:
         earlier_ids: dict[str, int | None],
         first_step: int,
         capabilities: dict[str, tuple[str, ...]] | None = None,
+        caller: str | None = None,
     ) -> tuple[ParsedTurn, CheckedPlan | None]:
         """Parse and check a plan (pure: safe in a worker thread); no checked plan if it has no calls.
 
         `capabilities`: the ToolHub's capabilities and candidates, or None where there is no hub.
+        `caller`: whose plan it is (its principal's rules apply, `constraints.principals`).
 
         Raises:
             PlanSyntaxError, PlanCheckError: every problem found.
@@ -352,7 +358,7 @@ class Orchestrator:
             earlier_ids=earlier_ids,
             capabilities=capabilities if self.capabilities is not None else None,
         )
-        if self._policy is not None and (problems := self._policy(checked)):
+        if self._policy is not None and (problems := self._policy(checked, caller)):
             raise PlanCheckError(problems)
         return turn, checked
 

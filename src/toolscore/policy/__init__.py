@@ -7,6 +7,7 @@ own) to an engine hook, or to None when the config leaves the rule off:
 | rule | module | phase | refuses |
 |---|---|---|---|
 | `tools` allow/deny | static | pre | tools not allowed (globs over exposed names; per server, downstream names) |
+| `principals` | principals | pre, wrap, post | tools a principal or role may not call; calls over its quota |
 | `destructive` | static | pre | tools annotated `destructiveHint`: `deny`, or `confirm` by asking the user |
 | `arguments` | static, paths | pre | arguments over `max_bytes`, matching `deny_patterns`, with paths outside `roots` |
 | `rate_limits` | rate | pre | calls beyond a token bucket per tool, server or client session |
@@ -32,6 +33,7 @@ from toolscore.errors import PlanProblem
 from toolscore.plan.nodes import CheckedPlan
 from toolscore.plugins import load_plugins
 from toolscore.policy.flow import concurrency_cap, mark_batchable, single_flight
+from toolscore.policy.principals import Directory, PrincipalHooks, principal_hooks
 from toolscore.policy.rate import rate_limits
 from toolscore.policy.redact import RedactingAuditSink, Redactor
 from toolscore.policy.results import result_rules
@@ -55,14 +57,19 @@ class Policy:
     static: StaticRules | None = None
     redactor: Redactor | None = None
     """Redacts audit records (the global `results.redact`)."""
+    principals: PrincipalHooks | None = None
+    """The rules of `constraints.principals`."""
 
     def gateway_tool_refusal(self, name: str) -> str | None:
         """Why the gateway's own tool `name` (e.g. `orchestrate`) may not be used, or None."""
         return None if self.static is None else self.static.gateway_tool_refusal(name)
 
-    def plan_problems(self, plan: CheckedPlan) -> list[PlanProblem]:
-        """Every static rule a plan's steps break, before any of them runs."""
-        return [] if self.static is None else self.static.plan_problems(plan)
+    def plan_problems(self, plan: CheckedPlan, caller: str | None = None) -> list[PlanProblem]:
+        """Every static rule a plan's steps break for `caller`, before any of them runs."""
+        problems = [] if self.static is None else self.static.plan_problems(plan)
+        if self.principals is not None:
+            problems += self.principals.tools.plan_problems(plan, caller)
+        return problems
 
     def tool_denied(self, route: Route) -> bool:
         """Whether the `tools` rules refuse every call of this tool, whatever its arguments: it is
@@ -70,11 +77,11 @@ class Policy:
         return self.static is not None and self.static.tool_denied(route)
 
 
-def build_policy(config: Config, *, state: SharedState | None = None) -> Policy:
+def build_policy(config: Config, *, state: SharedState | None = None, directory: Directory | None = None) -> Policy:
     """Compose the constraint hooks once, from the config (an empty policy when constraints are off).
 
     `state`: where rate-limit buckets, concurrency slots and batching flights live when replicas share
-    them (`toolscore.state`).
+    them (`toolscore.state`). `directory`: the principals' roles, as the HTTP front saw them.
     """
     constraints = config.constraints
     if not constraints.enabled:
@@ -82,12 +89,17 @@ def build_policy(config: Config, *, state: SharedState | None = None) -> Policy:
     scopes = resolve_scopes(config)
     static = StaticRules(scopes)
     # The composition table: the built-in rules of each phase, in the order they run.
-    pre: tuple[PreExecutionHook, ...] = _on(static, rate_limits(scopes, state), mark_batchable(scopes))
+    principals = principal_hooks(config, directory or Directory(), state)
+    pre: tuple[PreExecutionHook, ...] = _on(
+        static, *(principals.pre if principals else ()), rate_limits(scopes, state), mark_batchable(scopes)
+    )
     wrap: tuple[WrapHook, ...] = _on(
         single_flight(scopes, state),  # outermost: a call that shares another's result takes no concurrency slot
+        principals.quotas if principals else None,  # a principal's running calls, before any per-server slot
         concurrency_cap(scopes, state),
     )
-    post: tuple[PostExecutionHook, ...] = _on(result_rules(scopes))
+    # A principal's result bytes are counted as the client gets them: after the result rules.
+    post: tuple[PostExecutionHook, ...] = _on(result_rules(scopes), *(principals.post if principals else ()))
     # Plugins run after the built-in checks, inside the built-in wraps (they see only calls that
     # will run), and before the built-in post hooks (a plugin's output is still size-limited and redacted).
     plugin_pre, plugin_wrap, plugin_post = load_plugins(
@@ -100,6 +112,7 @@ def build_policy(config: Config, *, state: SharedState | None = None) -> Policy:
         post=(*plugin_post, *post),
         static=static,
         redactor=Redactor(results.redact_patterns) if results.redact else None,
+        principals=principals,
     )
 
 

@@ -1,0 +1,289 @@
+"""Per-principal rules: `constraints.principals`, which tools a principal (or a role) may call and
+how much it may use.
+
+A caller's principal is the name its HTTP credentials gave it (a token file's `NAME`, an access
+token's subject): `principal:<name>` for its stateless requests, `principal:<name>/c<n>` for a
+session it opened (`toolscore.front.callers`). Its roles are those the HTTP front last saw for it
+(`Directory`). The sections that apply to a call are the principal's own and one per role; with
+none, only the global rules do. A caller without a principal (stdio, an HTTP front without
+tokens) is judged by the global rules alone.
+
+- `tools`: deny wins, in any section that applies and in the global rules; where a section has an
+  `allow` list, the tool must match one of the allow lists that apply. The same check runs over
+  a whole plan before any step does (`plan_problems`).
+- `quota`, per principal (a role's quota limits each of its principals alone): calls a minute (a
+  bucket, shared by replicas through `toolscore.state`), calls at once, calls and result bytes a
+  day (UTC, in this process). A refusal names the quota and when it frees up.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+
+import mcp_types
+
+from toolscore._engine import CallNext, ExecutionContext
+from toolscore._glob import matches
+from toolscore.config import Config, PrincipalRules, ToolRules
+from toolscore.downstream.registry import Route
+from toolscore.errors import PlanProblem, Rejected
+from toolscore.plan.nodes import CheckedPlan
+from toolscore.policy.rate import TokenBucket
+from toolscore.state import TokenStore
+
+__all__ = ["Directory", "PrincipalHooks", "PrincipalQuotas", "PrincipalTools", "principal_hooks", "principal_of"]
+
+_DAY = 86400
+_HOOK = "principals"
+
+
+def principal_of(caller: str | None) -> str | None:
+    """The principal a caller identity names (`principal:<name>[/c<n>]`), or None."""
+    if caller is None or not caller.startswith("principal:"):
+        return None
+    return caller[len("principal:") :].partition("/")[0] or None
+
+
+class Directory:
+    """Which roles each principal has, as the HTTP front last authenticated it."""
+
+    _MAX = 100_000  # principals remembered; past it the oldest are forgotten (their roles come back next request)
+
+    def __init__(self) -> None:
+        self._roles: dict[str, tuple[str, ...]] = {}
+
+    def note(self, principal: str, roles: Iterable[str]) -> None:
+        """`principal` presented credentials carrying `roles`."""
+        roles = tuple(roles)
+        if self._roles.get(principal) == roles:
+            return
+        self._roles.pop(principal, None)
+        if len(self._roles) >= self._MAX:
+            del self._roles[next(iter(self._roles))]
+        self._roles[principal] = roles
+
+    def roles(self, principal: str) -> tuple[str, ...]:
+        """The roles `principal` had when last seen (none if never)."""
+        return self._roles.get(principal, ())
+
+
+@dataclass(frozen=True, slots=True)
+class _Sections:
+    """The `constraints.principals` sections, and which apply to whom."""
+
+    rules: Mapping[str, PrincipalRules]
+    directory: Directory
+
+    def of(self, caller: str | None) -> tuple[str, list[tuple[str, PrincipalRules]]] | None:
+        """The principal of `caller` and the sections that apply to it (None: no principal)."""
+        principal = principal_of(caller)
+        if principal is None:
+            return None
+        keys = [principal, *(f"role:{r}" for r in self.directory.roles(principal))]
+        return principal, [(k, self.rules[k]) for k in keys if k in self.rules]
+
+
+def _refusal(route: Route, sections: list[tuple[str, PrincipalRules]]) -> str | None:
+    """Why these sections refuse a call of `route`, or None."""
+    names = (route.public_name, route.canonical)
+    allows: list[ToolRules] = []
+    for key, section in sections:
+        rules = section.tools
+        if any(matches(name, rules.deny, fold=True) for name in names):
+            return f"tool '{route.public_name}' is denied to {key}"
+        if rules.allow is not None:
+            allows.append(rules)
+    if allows and not any(matches(name, r.allow or ()) for r in allows for name in names):
+        keys = ", ".join(key for key, s in sections if s.tools.allow is not None)
+        return f"tool '{route.public_name}' is not among those allowed to {keys}"
+    return None
+
+
+class PrincipalTools:
+    """Pre-execution: the `tools` rules of the caller's principal and roles."""
+
+    name = _HOOK
+
+    def __init__(self, sections: _Sections) -> None:
+        self._sections = sections
+
+    async def __call__(self, ctx: ExecutionContext) -> mcp_types.CallToolResult | None:
+        found = self._sections.of(ctx.scope.caller or ctx.session_id)
+        if found is not None and found[1] and ctx.route is not None:
+            reason = _refusal(ctx.route, found[1])
+            if reason is not None:
+                raise Rejected(reason, hook=_HOOK)
+        return None
+
+    def plan_problems(self, plan: CheckedPlan, caller: str | None) -> list[PlanProblem]:
+        """Every step of `plan` the caller's sections refuse, before any runs."""
+        found = self._sections.of(caller)
+        if found is None or not found[1]:
+            return []
+        problems = []
+        for call in plan.calls:
+            reason = _refusal(call.route, found[1])
+            if reason is not None:
+                node = call.node
+                problems.append(PlanProblem("policy", f"{_HOOK}: {reason}", step=node.step, tag=node.tag, id=node.id))
+        return problems
+
+
+@dataclass(slots=True)
+class _Usage:
+    """One principal's use under one section's quota."""
+
+    day: int = -1
+    calls: int = 0
+    result_bytes: int = 0
+    running: int = 0
+    bucket: TokenBucket | None = None
+
+
+def _until_midnight(now: float) -> str:
+    left = int(_DAY - now % _DAY)
+    return f"resets at 00:00 UTC, in {left // 3600} h {left % 3600 // 60} min"
+
+
+@dataclass
+class PrincipalQuotas:
+    """The `quota` of each section that applies: refused before the call (pre), counted while it
+    runs (wrap: `concurrent`) and after it (post: result bytes)."""
+
+    sections: _Sections
+    store: TokenStore | None = None
+    clock: Callable[[], float] = field(default=time.time, repr=False)
+    _usage: dict[tuple[str, str], _Usage] = field(default_factory=dict)
+
+    name = _HOOK
+    passes_results_through = False
+
+    def _quotas(self, ctx: ExecutionContext) -> list[tuple[str, PrincipalRules, _Usage]]:
+        found = self.sections.of(ctx.scope.caller or ctx.session_id)
+        if found is None:
+            return []
+        principal, sections = found
+        day = int(self.clock() // _DAY)
+        out = []
+        for key, section in sections:
+            usage = self._usage.setdefault((principal, key), _Usage())
+            if usage.day != day:
+                usage.day, usage.calls, usage.result_bytes = day, 0, 0
+            out.append((key, section, usage))
+        return out
+
+    async def check(self, ctx: ExecutionContext) -> mcp_types.CallToolResult | None:
+        """Pre-execution: refuse a call over a quota; count it against the others."""
+        now = self.clock()
+        principal = principal_of(ctx.scope.caller or ctx.session_id)
+        for key, section, usage in self._quotas(ctx):
+            quota = section.quota
+            if quota.calls_per_day is not None and usage.calls >= quota.calls_per_day:
+                raise Rejected(
+                    f"{key}'s quota of {quota.calls_per_day} calls a day is used; {_until_midnight(now)}", hook=_HOOK
+                )
+            if quota.result_bytes_per_day is not None and usage.result_bytes >= quota.result_bytes_per_day:
+                raise Rejected(
+                    f"{key}'s quota of {quota.result_bytes_per_day} result bytes a day is used; {_until_midnight(now)}",
+                    hook=_HOOK,
+                )
+            if quota.calls_per_minute is not None:
+                wait = await self._take(f"quota:{principal}:{key}", quota.calls_per_minute, usage, now)
+                if wait is not None:
+                    raise Rejected(
+                        f"{key}'s quota of {quota.calls_per_minute} calls a minute is used; try again in {wait:.1f} s",
+                        hook=_HOOK,
+                    )
+            usage.calls += 1
+        return None
+
+    async def _take(self, key: str, per_minute: int, usage: _Usage, now: float) -> float | None:
+        rate = per_minute / 60
+        if self.store is not None:
+            return await self.store.take_token(key, rate, per_minute)
+        if usage.bucket is None:
+            usage.bucket = TokenBucket.full(rate, per_minute, now)
+        return usage.bucket.take(now)
+
+    async def __call__(self, ctx: ExecutionContext, call_next: CallNext) -> mcp_types.CallToolResult:
+        """Wrap: at most `concurrent` calls of a principal run at once; the next is refused at once."""
+        held = []
+        try:
+            for key, section, usage in self._quotas(ctx):
+                cap = section.quota.concurrent
+                if cap is None:
+                    continue
+                if usage.running >= cap:
+                    raise Rejected(
+                        f"{key} already has {cap} calls running, its quota; try again when one ends", hook=_HOOK
+                    )
+                usage.running += 1
+                held.append(usage)
+            result = await call_next(ctx)
+        finally:
+            for usage in held:
+                usage.running -= 1
+        return result
+
+    async def count(self, ctx: ExecutionContext, result: mcp_types.CallToolResult) -> mcp_types.CallToolResult:
+        """Post-execution: the result's bytes count against the day's quota."""
+        quotas = [q for q in self._quotas(ctx) if q[1].quota.result_bytes_per_day is not None]
+        if quotas:
+            size = (
+                ctx.raw.chars if ctx.raw is not None else len(result.model_dump_json(by_alias=True, exclude_none=True))
+            )
+            for _, _, usage in quotas:
+                usage.result_bytes += size
+        return result
+
+
+class _QuotaCheck:
+    """Pre-execution face of `PrincipalQuotas`."""
+
+    name = _HOOK
+
+    def __init__(self, quotas: PrincipalQuotas) -> None:
+        self._quotas = quotas
+
+    async def __call__(self, ctx: ExecutionContext) -> mcp_types.CallToolResult | None:
+        return await self._quotas.check(ctx)
+
+
+class _QuotaCount:
+    """Post-execution face of `PrincipalQuotas`."""
+
+    name = _HOOK
+
+    def __init__(self, quotas: PrincipalQuotas) -> None:
+        self._quotas = quotas
+
+    async def __call__(self, ctx: ExecutionContext, result: mcp_types.CallToolResult) -> mcp_types.CallToolResult:
+        return await self._quotas.count(ctx, result)
+
+
+@dataclass(frozen=True)
+class PrincipalHooks:
+    """The engine hooks of `constraints.principals`, and its whole-plan check."""
+
+    tools: PrincipalTools
+    quotas: PrincipalQuotas
+
+    @property
+    def pre(self) -> tuple[PrincipalTools, _QuotaCheck]:
+        return self.tools, _QuotaCheck(self.quotas)
+
+    @property
+    def post(self) -> tuple[_QuotaCount, ...]:
+        counted = any(r.quota.result_bytes_per_day is not None for r in self.quotas.sections.rules.values())
+        return (_QuotaCount(self.quotas),) if counted else ()
+
+
+def principal_hooks(config: Config, directory: Directory, store: TokenStore | None) -> PrincipalHooks | None:
+    """The per-principal rules of `config` (None: it has none)."""
+    rules = config.constraints.principals
+    if not rules:
+        return None
+    sections = _Sections(rules, directory)
+    return PrincipalHooks(PrincipalTools(sections), PrincipalQuotas(sections, store))

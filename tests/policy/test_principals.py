@@ -1,0 +1,126 @@
+"""Per-principal rules (`constraints.principals`): which tools a principal or role may call, through
+a direct call, a plan (checked whole, before any step) and the console-style engine call; and its
+quotas (calls a minute, at once, a day; result bytes a day), each refusal naming the quota."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import pytest
+
+from tests.conftest import text
+from toolscore.policy.principals import principal_of
+from toolscore.testing import FakeDownstream, running_gateway
+
+pytestmark = pytest.mark.anyio
+
+HANG = 30  # seconds: a hang detector, never a speed check
+ALICE, BOB, CARL = "principal:alice", "principal:bob/c3", "principal:carl"
+
+
+def _fake() -> FakeDownstream:
+    fake = FakeDownstream("fx")
+
+    @fake.tool("read")
+    def read(text: str = "") -> str:
+        return text or "read"
+
+    @fake.tool("write")
+    def write(text: str = "") -> str:
+        return f"wrote {text}"
+
+    return fake
+
+
+def _constraints(principals: dict[str, Any]) -> dict[str, Any]:
+    return {"enabled": True, "principals": principals}
+
+
+def test_the_principal_of_a_caller() -> None:
+    assert principal_of("principal:alice") == "alice"
+    assert principal_of("principal:alice/c7") == "alice"  # a session alice opened
+    assert principal_of("c7") is None and principal_of(None) is None and principal_of("console") is None
+
+
+async def test_a_principal_sees_its_own_rules_and_others_only_the_global_ones() -> None:
+    rules = {"alice": {"tools": {"allow": ["fx__read"]}}, "role:readonly": {"tools": {"deny": ["*__write"]}}}
+    async with running_gateway({"fx": _fake()}, constraints=_constraints(rules)) as (gw, _):
+        assert gw.roles is not None
+        gw.roles.note("bob", ["readonly"])
+        alice_write = await gw.engine.execute("fx__write", {"text": "x"}, session_id=ALICE)
+        assert alice_write.context.error is not None, text(alice_write.result)
+        assert "not among those allowed to alice" in text(alice_write.result)
+        assert (await gw.engine.execute("fx__read", {"text": "ok"}, session_id=ALICE)).result.is_error is False
+        bob_write = await gw.engine.execute("fx__write", {}, session_id=BOB)  # a session bob opened
+        assert "denied to role:readonly" in text(bob_write.result)
+        carl = await gw.engine.execute("fx__write", {"text": "y"}, session_id=CARL)  # no section: global rules
+        assert text(carl.result) == "wrote y"
+        stdio = await gw.engine.execute("fx__write", {"text": "z"}, session_id="c1")  # no principal at all
+        assert text(stdio.result) == "wrote z"
+
+
+async def test_a_plan_is_checked_against_the_principals_rules_before_any_step_runs() -> None:
+    fake = _fake()
+    rules = {"alice": {"tools": {"deny": ["fx__write"]}}}
+    async with running_gateway({"fx": fake}, constraints=_constraints(rules)) as (gw, _):
+        plan = '<fx><read>{"text": "first"}</read><write>{"text": "second"}</write></fx>'
+        refused = await gw.orchestrator({"plan": plan}, caller=ALICE)
+        assert refused.is_error and "denied to alice" in text(refused), text(refused)
+        assert fake.calls == [], "no step ran"
+        allowed = await gw.orchestrator({"plan": plan}, caller=CARL)
+        assert not allowed.is_error, text(allowed)
+        assert [name for name, _ in fake.calls] == ["read", "write"]
+
+
+async def test_calls_a_minute_and_a_day_are_counted_per_principal_and_the_refusal_says_which() -> None:
+    rules = {"alice": {"quota": {"calls_per_minute": 2}}, "role:trial": {"quota": {"calls_per_day": 1}}}
+    async with running_gateway({"fx": _fake()}, constraints=_constraints(rules)) as (gw, _):
+        assert gw.roles is not None
+        for _ in range(2):
+            assert not (await gw.engine.execute("fx__read", {}, session_id=ALICE)).result.is_error
+        third = await gw.engine.execute("fx__read", {}, session_id=ALICE)
+        assert "alice's quota of 2 calls a minute is used; try again in" in text(third.result)
+        other = await gw.engine.execute("fx__read", {}, session_id=CARL)  # carl has his own count (none here)
+        assert not other.result.is_error
+        gw.roles.note("dora", ["trial"])
+        assert not (await gw.engine.execute("fx__read", {}, session_id="principal:dora")).result.is_error
+        again = await gw.engine.execute("fx__read", {}, session_id="principal:dora/c9")
+        assert "role:trial's quota of 1 calls a day is used; resets at 00:00 UTC" in text(again.result)
+
+
+async def test_result_bytes_a_day_refuse_the_call_after_the_one_that_crossed_the_line() -> None:
+    rules = {"alice": {"quota": {"result_bytes_per_day": 100}}}
+    async with running_gateway({"fx": _fake()}, constraints=_constraints(rules)) as (gw, _):
+        big = await gw.engine.execute("fx__read", {"text": "x" * 200}, session_id=ALICE)
+        assert text(big.result) == "x" * 200, "the call that crosses the line is answered"
+        after = await gw.engine.execute("fx__read", {"text": "small"}, session_id=ALICE)
+        assert "alice's quota of 100 result bytes a day is used" in text(after.result)
+
+
+async def test_concurrent_calls_over_the_quota_are_refused_at_once() -> None:
+    fake = _fake()
+    started, release = anyio.Event(), anyio.Event()
+
+    @fake.tool("hold")
+    async def hold() -> str:
+        started.set()
+        await release.wait()
+        return "held"
+
+    rules = {"alice": {"quota": {"concurrent": 1}}}
+    async with running_gateway({"fx": fake}, constraints=_constraints(rules)) as (gw, _):
+        results: list[str] = []
+        async with anyio.create_task_group() as tg:
+
+            async def first() -> None:
+                results.append(text((await gw.engine.execute("fx__hold", {}, session_id=ALICE)).result))
+
+            tg.start_soon(first)
+            with anyio.fail_after(HANG):
+                await started.wait()
+            second = await gw.engine.execute("fx__read", {}, session_id=ALICE)
+            assert "alice already has 1 calls running, its quota" in text(second.result)
+            release.set()
+        assert results == ["held"]
+        assert not (await gw.engine.execute("fx__read", {}, session_id=ALICE)).result.is_error

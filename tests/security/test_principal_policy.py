@@ -1,0 +1,75 @@
+"""Per-principal rules through the real HTTP front: the principal comes from the token a request
+carries, in both eras; a plan is refused whole, before any step, for the principal it breaks."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+
+import httpx2
+import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+
+from tests.conftest import fixture_entry, http_gateway_process, text, write_config
+
+pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
+
+# Fixed, not random: they appear in test ids, which every xdist worker must collect alike.
+ALICE, BOB = "alice-0123456789abcdefghij", "bob-9876543210zyxwvutsrqpo"
+
+
+@pytest.fixture(scope="module")
+def front(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """alice may call only `fx__echo` and twice a minute; bob has the global rules."""
+    tmp_path = tmp_path_factory.mktemp("principal-policy")
+    tokens = tmp_path / "tokens"
+    tokens.write_text(f"alice {ALICE}\nbob {BOB}\n")
+    tokens.chmod(0o600)
+    settings = {
+        "audit": {"path": ""},
+        "log_dir": str(tmp_path / "logs"),
+        "startup_grace_seconds": None,
+        "http": {"token_file": str(tokens)},
+    }
+    principals = {"alice": {"tools": {"allow": ["fx__echo"]}, "quota": {"calls_per_minute": 2}}}
+    config = write_config(
+        tmp_path,
+        {"fx": fixture_entry(tmp_path)},
+        toolscore=settings,
+        constraints={"enabled": True, "principals": principals},
+    )
+    with http_gateway_process(config, env={"TOOLSCORE_TOKEN": ""}) as base:
+        yield base + "/mcp"
+
+
+@asynccontextmanager
+async def client(url: str, token: str, mode: str) -> AsyncIterator[Client]:
+    async with (
+        httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60) as http,
+        Client(streamable_http_client(url, http_client=http), mode=mode) as session,  # type: ignore[arg-type]
+    ):
+        yield session
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_the_token_decides_whose_rules_apply_to_a_call_and_to_a_plan(front: str, mode: str) -> None:
+    async with client(front, ALICE, mode) as alice, client(front, BOB, mode) as bob:
+        refused = await alice.call_tool("fx__add", {"a": 1, "b": 2})
+        assert refused.is_error and "not among those allowed to alice" in text(refused), text(refused)
+        assert '"sum": 3' in text(await bob.call_tool("fx__add", {"a": 1, "b": 2}))
+        plan = '<fx><echo>{"text": "before"}</echo><add>{"a": 1, "b": 2}</add></fx>'
+        whole = await alice.call_tool("orchestrate", {"plan": plan})
+        assert whole.is_error and "not among those allowed to alice" in text(whole), text(whole)
+        assert "before" not in text(whole), "no step ran"
+        assert not (await bob.call_tool("orchestrate", {"plan": plan})).is_error
+
+
+async def test_a_principals_quota_counts_its_calls_in_both_eras_together(front: str) -> None:
+    # The quota is alice's, whichever era or session her calls come in: the third in a minute is refused.
+    async with client(front, ALICE, "auto") as stateless, client(front, ALICE, "legacy") as session:
+        answers = [await stateless.call_tool("fx__echo", {"text": "one"})]
+        answers.append(await session.call_tool("fx__echo", {"text": "two"}))
+        answers.append(await session.call_tool("fx__echo", {"text": "three"}))
+    used = [a for a in answers if a.is_error]
+    assert used and "alice's quota of 2 calls a minute is used" in text(used[-1]), [text(a) for a in answers]
