@@ -92,7 +92,7 @@ def read(text: str, targets: Targets = KNOWN) -> tuple[str, list[str], list[str]
         ('x <ref id="a"/> y', KNOWN, ("x ${a} y", ["<ref>"], [])),
         ('<ref id="zz"/>', KNOWN, ('<ref id="zz"/>', [], ["unknown_reference"])),
         ('<ref id="a" path="x[?(@.y)]"/>', KNOWN, ('<ref id="a" path="x[?(@.y)]"/>', [], ["bad_reference"])),
-        ('<ref id="a" step="1"/><ref/><ref id="a" at="x"/>', KNOWN, (None, [], ["bad_reference"] * 3)),
+        ('<ref id="a" step="1"/><ref/><ref id="a" at="x"/><ref id="1x"/>', KNOWN, (None, [], ["bad_reference"] * 4)),
         ("<refs> <ref id=a/>", KNOWN, ("<refs> <ref id=a/>", [], [])),  # not the element: text
     ],
 )
@@ -480,6 +480,18 @@ def test_react_action_blocks_are_plan_calls() -> None:
         {"pattern": "*.py"},
         {"url": "${1}", "max_length": 10},
         {"pattern": "src/<a>*.py"},
+    ]
+
+
+def test_empty_arguments_in_the_other_call_forms() -> None:
+    turn = parse_turn(
+        'Action: fetch__fetch\nAction Input:\n<invoke name="fetch__fetch"/>'
+        '<invoke name="fetch__fetch"><parameter name="url"/></invoke>'
+    )
+    assert [c.args for c in turn.calls] == [
+        ArgsSpec("empty"),
+        ArgsSpec("parameters", {}),
+        ArgsSpec("parameters", {"url": ""}),
     ]
 
 

@@ -290,10 +290,10 @@ def test_reading_stops_at_the_step_limit() -> None:
     plan = (
         '<plan><search>a</search><fetch><fetch>{"url": 1}</fetch><fetch>{}</fetch></fetch><think><search>no'
         '</search></think><parallel><search>b</search><call server="s" tool="t"/></parallel></plan>'
-        "<execute_tools/><search>after the end</search>"
+        "<fx><echo>{}</echo><echo/></fx><execute_tools/><search>after the end</search>"
     )
     assert problems(plan, max_steps=1) == [
-        ("too_many_steps", "the plan has 5 steps; the limit is 1: split it over several turns")
+        ("too_many_steps", "the plan has 7 steps; the limit is 1: split it over several turns")
     ]
 
 
