@@ -134,6 +134,7 @@ def _parser() -> argparse.ArgumentParser:
     stats = audit_sub.add_parser("stats", parents=[common], help="calls, TPST, slow tools, token waste")
     stats.add_argument("--since", help="1h, 30m, 2d or an ISO time")
     stats.add_argument("--server", help="only this server's calls")
+    stats.add_argument("--principal", help="only this principal's calls (a token file's name, a token's subject)")
     stats.add_argument("--slow-ms", type=float, help="slow-tool threshold (default: the config's slow_call_seconds)")
     stats.add_argument("--json", action="store_true")
     stats.add_argument("--file", type=Path, help="the audit file (default: from the config)")
@@ -416,7 +417,15 @@ def _audit(args: argparse.Namespace, config: Config) -> int:
             return 1
     else:
         records = read_audit(path, warn=warn)
-    stats = compute_stats(records, slow_ms=slow_ms, since=since, server=args.server)
+    stats = compute_stats(records, slow_ms=slow_ms, since=since, server=args.server, principal=args.principal)
+    if args.principal is not None and args.principal not in stats.principals:
+        seen = ", ".join(stats.principals) or "none"
+        print(
+            f"toolscore: error: --principal {args.principal!r}: no call of that principal in the audit log"
+            f"{' since ' + args.since if args.since else ''}; principals seen: {seen}",
+            file=sys.stderr,
+        )
+        return 1
     if args.server is not None and args.server not in stats.servers:
         # Zeros for a misspelt name would read as "that server did nothing".
         seen = ", ".join(stats.servers) or "none"
@@ -441,6 +450,8 @@ def _audit(args: argparse.Namespace, config: Config) -> int:
         f"(solved {stats.solved_tasks}, plans {stats.plans})\n"
         f"tokens {stats.tokens}  TPST {tpst}  violations {stats.violations}  batched {stats.batched}"
     )
+    if stats.principals and args.principal is None:
+        print("calls by principal: " + ", ".join(f"{who} {n}" for who, n in list(stats.principals.items())[:20]))
     if stats.failures_by_kind:
         print("failures by kind: " + ", ".join(f"{kind} {n}" for kind, n in stats.failures_by_kind.items()))
     if stats.wasteful_estimates:

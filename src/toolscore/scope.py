@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from toolscore.downstream.backchannel import Peer
     from toolscore.downstream.modern import FrontCall
 
-__all__ = ["NO_CLIENT", "CallScope"]
+__all__ = ["NO_CLIENT", "CallScope", "principal_of"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,3 +42,11 @@ class CallScope:
 
 NO_CLIENT = CallScope()
 """The scope of a call no client made: nothing is asked of anyone on its behalf."""
+
+
+def principal_of(caller: str | None) -> str | None:
+    """The principal a caller identity names (`principal:<name>`, or `principal:<name>/c<n>` for a
+    session it opened: `toolscore.front.callers`), or None for a caller without one."""
+    if caller is None or not caller.startswith("principal:"):
+        return None
+    return caller[len("principal:") :].partition("/")[0] or None

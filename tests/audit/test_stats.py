@@ -175,3 +175,26 @@ def test_tail_names_a_tool_as_stats_does(tmp_path: Path, capsys: pytest.CaptureF
     assert tools == ["a__x", "a__x", "b__y", "b__y", "orchestrate"]
     assert main(["audit", "stats", "--file", str(path)]) == 0
     assert re.search(r"^a__x\s", capsys.readouterr().out, re.MULTILINE)
+
+
+def test_calls_are_counted_per_principal_and_filtered_by_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "audit.jsonl"
+    callers = ["principal:alice", "principal:alice/c2", "principal:bob", "c3", None]
+    lines = []
+    for n, caller in enumerate(callers):
+        fields = {"time": f"2026-11-22T10:0{n}:00Z", "call_id": str(n), "phase": "post_execution", "tool": "a__x"}
+        fields |= {"server": "a", "success": n != 1, "duration_ms": 1, **({"caller": caller} if caller else {})}
+        lines.append(json.dumps(fields))
+    path.write_text("\n".join(lines) + "\n")
+    stats = compute_stats(read_audit(path), slow_ms=1000)
+    assert stats.principals == {"alice": 2, "bob": 1}  # a session alice opened is hers; c3 has none
+    alice = compute_stats(read_audit(path), slow_ms=1000, principal="alice")
+    assert (alice.calls, alice.failures) == (2, 1)
+    assert main(["audit", "stats", "--file", str(path)]) == 0
+    assert "calls by principal: alice 2, bob 1" in capsys.readouterr().out
+    assert main(["audit", "stats", "--file", str(path), "--principal", "carol"]) == 1
+    assert "--principal 'carol': no call of that principal in the audit log; principals seen: alice, bob" in (
+        capsys.readouterr().err
+    )

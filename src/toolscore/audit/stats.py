@@ -25,6 +25,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from toolscore.audit.sinks import AuditRecord
+from toolscore.scope import principal_of
 
 __all__ = ["AuditStats", "ToolStats", "compute_stats", "parse_since"]
 
@@ -68,6 +69,9 @@ class AuditStats:
     """Failed calls per `error_kind`, most first (`failed` for a record that names none)."""
     servers: list[str] = field(default_factory=list)
     """Every server the log's calls went to (in the time range), sorted: for `--server` to check against."""
+    principals: dict[str, int] = field(default_factory=dict)
+    """Calls per principal (`caller` of `principal:<name>[/c<n>]`), most first: usage per person
+    or agent on an HTTP front with tokens; also what `--principal` checks against."""
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready."""
@@ -98,18 +102,26 @@ def compute_stats(
     slow_ms: float,
     since: datetime | None = None,
     server: str | None = None,
+    principal: str | None = None,
 ) -> AuditStats:
-    """The report over `records` (optionally from `since`, and for one `server`)."""
+    """The report over `records` (optionally from `since`, for one `server`, for one `principal`:
+    then plans, whose records name no caller, are counted through their steps only)."""
     stats = AuditStats(slow_threshold_ms=slow_ms)
     durations: dict[str, list[float]] = defaultdict(list)
     per_tool: dict[str, ToolStats] = {}
     kinds: Counter[str] = Counter()
     servers: set[str] = set()
+    principals: Counter[str] = Counter()
     for record in records:
         if since is not None and record.time < since:
             continue
         if record.server:
             servers.add(record.server)
+        who = principal_of(record.caller)
+        if who is not None and not (record.tool == PLAN_TOOL and record.phase == "plan"):
+            principals[who] += 1
+        if principal is not None and who != principal:
+            continue
         if record.tool == PLAN_TOOL and record.phase == "plan":
             if server is None:
                 stats.tasks += 1
@@ -148,4 +160,5 @@ def compute_stats(
     stats.tpst = round(stats.tokens / stats.solved_tasks, 1) if stats.solved_tasks else None
     stats.failures_by_kind = dict(sorted(kinds.items(), key=lambda kv: (-kv[1], kv[0])))
     stats.servers = sorted(servers)
+    stats.principals = dict(sorted(principals.items(), key=lambda kv: (-kv[1], kv[0])))
     return stats

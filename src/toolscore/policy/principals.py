@@ -31,19 +31,13 @@ from toolscore.downstream.registry import Route
 from toolscore.errors import PlanProblem, Rejected
 from toolscore.plan.nodes import CheckedPlan
 from toolscore.policy.rate import TokenBucket
+from toolscore.scope import principal_of
 from toolscore.state import TokenStore
 
 __all__ = ["Directory", "PrincipalHooks", "PrincipalQuotas", "PrincipalTools", "principal_hooks", "principal_of"]
 
 _DAY = 86400
 _HOOK = "principals"
-
-
-def principal_of(caller: str | None) -> str | None:
-    """The principal a caller identity names (`principal:<name>[/c<n>]`), or None."""
-    if caller is None or not caller.startswith("principal:"):
-        return None
-    return caller[len("principal:") :].partition("/")[0] or None
 
 
 class Directory:
