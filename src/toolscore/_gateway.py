@@ -291,11 +291,20 @@ async def open_gateway(
                 from toolscore.state.episodes import SharedEpisodes
 
                 delegator.durable = SharedEpisodes(records, orchestrator.episodes)
-            server = build_server(hub, engine, orchestrator, callers, toolhub=toolhub, delegator=delegator)
+            server = build_server(
+                hub,
+                engine,
+                orchestrator,
+                callers,
+                toolhub=toolhub,
+                delegator=delegator,
+                hidden_for=lambda caller: policy.hidden_for(caller),  # the policy in force (a reload replaces it)
+            )
 
             async def apply(config: Config) -> ConfigChanges:
                 # One step with no await until the hub's: every call begun after it runs under the
                 # new rules, every call in flight under those it began with.
+                nonlocal policy
                 policy = build_policy(config, state=state, directory=directory)
                 rules(config, policy)
                 orchestrator.reconfigure(

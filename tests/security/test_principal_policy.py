@@ -53,8 +53,12 @@ async def client(url: str, token: str, mode: str) -> AsyncIterator[Client]:
 
 
 @pytest.mark.parametrize("mode", ["auto", "legacy"])
-async def test_the_token_decides_whose_rules_apply_to_a_call_and_to_a_plan(front: str, mode: str) -> None:
+async def test_the_token_decides_whose_rules_apply_to_a_list_a_call_and_a_plan(front: str, mode: str) -> None:
     async with client(front, ALICE, mode) as alice, client(front, BOB, mode) as bob:
+        alice_sees = {t.name for t in (await alice.list_tools()).tools if t.name.startswith("fx__")}
+        bob_sees = {t.name for t in (await bob.list_tools()).tools if t.name.startswith("fx__")}
+        assert alice_sees == {"fx__echo"}, "each principal is shown what it may call"
+        assert {"fx__echo", "fx__add"} <= bob_sees
         refused = await alice.call_tool("fx__add", {"a": 1, "b": 2})
         assert refused.is_error and "not among those allowed to alice" in text(refused), text(refused)
         assert '"sum": 3' in text(await bob.call_tool("fx__add", {"a": 1, "b": 2}))

@@ -26,6 +26,7 @@ from toolscore._sdk import connection_of
 from toolscore._version import __version__
 from toolscore.downstream.backchannel import on_behalf_of
 from toolscore.downstream.hub import DownstreamHub
+from toolscore.downstream.registry import Route
 from toolscore.errors import DownstreamProtocolError, InputRequired, Rejected
 from toolscore.front.callers import Callers
 from toolscore.front.catalog import CatalogHandlers
@@ -207,6 +208,10 @@ def _progress_of(ctx: ServerRequestContext[Any]) -> ProgressFn | None:
     return forward_progress
 
 
+HiddenFor = Callable[[str], Callable[[Route], bool] | None]
+"""For a caller, which routed tools its own rules refuse (None: none are)."""
+
+
 def exposed_tools(
     hub: DownstreamHub, orchestrator: Orchestrator, toolhub: ToolHub | None = None
 ) -> list[mcp_types.Tool]:
@@ -247,6 +252,7 @@ class ToolHandlers:
         bus: InMemorySubscriptionBus,
         toolhub: ToolHub | None = None,
         delegator: Delegator | None = None,
+        hidden_for: HiddenFor | None = None,
     ) -> None:
         """Args:
         hub: The routed tools and their servers.
@@ -258,7 +264,10 @@ class ToolHandlers:
         bus: The 2026-07-28 listeners' subscription bus.
         toolhub: The ToolHub's tools, if configured.
         delegator: The `delegate` tool, if configured.
+        hidden_for: The routed tools a caller's own rules refuse (`constraints.principals`), left
+            out of its `tools/list`; None where no caller has rules of its own.
         """
+        self._hidden_for = hidden_for
         self._hub = hub
         self._engine = engine
         self._orchestrator = orchestrator
@@ -300,6 +309,10 @@ class ToolHandlers:
             and (delegator.has_model or _sampler(ctx) is not None or _samples_by_input(ctx))
         ):
             tools.append(delegator.tool())
+        hidden = self._hidden_for(self._callers.identify(ctx)) if self._hidden_for is not None else None
+        if hidden is not None:  # each principal is shown what it may call
+            registry = self._hub.registry
+            tools = [t for t in tools if (route := registry.get(t.name)) is None or not hidden(route)]
         return mcp_types.ListToolsResult(tools=tools)
 
     async def call_tool(
@@ -504,13 +517,24 @@ def build_server(
     *,
     toolhub: ToolHub | None = None,
     delegator: Delegator | None = None,
+    hidden_for: HiddenFor | None = None,
 ) -> FrontServer:
-    """The front server over `hub`'s tools, calling through `engine`, plus `orchestrate` (and the ToolHub's tools)."""
+    """The front server over `hub`'s tools, calling through `engine`, plus `orchestrate` (and the
+    ToolHub's tools); `hidden_for`: the tools a caller's own rules refuse, left out of its list."""
     sessions: dict[int, ServerSession] = {}
     bus = InMemorySubscriptionBus()
     peers = FrontPeers(hub, LogLevels())
     tools = ToolHandlers(
-        hub, engine, orchestrator, callers, peers.peer, sessions=sessions, bus=bus, toolhub=toolhub, delegator=delegator
+        hub,
+        engine,
+        orchestrator,
+        callers,
+        peers.peer,
+        sessions=sessions,
+        bus=bus,
+        toolhub=toolhub,
+        delegator=delegator,
+        hidden_for=hidden_for,
     )
     tasks = TaskHandlers(hub, engine, callers, peers.peer, plans=orchestrator.refusal is None)
     if toolhub is not None:

@@ -23,6 +23,7 @@ violation. The static rules also run over a whole plan before any of its steps d
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -70,6 +71,11 @@ class Policy:
         if self.principals is not None:
             problems += self.principals.tools.plan_problems(plan, caller)
         return problems
+
+    def hidden_for(self, caller: str) -> Callable[[Route], bool] | None:
+        """The routed tools `caller`'s own rules refuse (`constraints.principals`), left out of its
+        `tools/list`; None where it has no rules of its own."""
+        return None if self.principals is None else self.principals.tools.hidden_for(caller)
 
     def tool_denied(self, route: Route) -> bool:
         """Whether the `tools` rules refuse every call of this tool, whatever its arguments: it is

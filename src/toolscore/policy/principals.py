@@ -111,6 +111,14 @@ class PrincipalTools:
                 raise Rejected(reason, hook=_HOOK)
         return None
 
+    def hidden_for(self, caller: str) -> Callable[[Route], bool] | None:
+        """Which routed tools `caller`'s sections refuse, for its `tools/list` (None: it has none)."""
+        found = self._sections.of(caller)
+        if found is None or not any(s.tools.allow is not None or s.tools.deny for _, s in found[1]):
+            return None
+        sections = found[1]
+        return lambda route: _refusal(route, sections) is not None
+
     def plan_problems(self, plan: CheckedPlan, caller: str | None) -> list[PlanProblem]:
         """Every step of `plan` the caller's sections refuse, before any runs."""
         found = self._sections.of(caller)
