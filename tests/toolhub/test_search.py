@@ -182,3 +182,14 @@ def test_a_servers_own_words_count_once_not_in_every_field() -> None:
     # `browser` is every one of that server's tools: it picks the server, and `close` the tool
     assert names(idx, "close the browser", 2) == ["browser__browser_close", "browser__browser_tabs"]
     assert names(idx, "close", 1, server="files") == ["files__close_file"]
+
+
+def test_a_word_as_written_in_a_name_counts_beside_its_stem() -> None:
+    extra = [
+        tool("get_notification_details", "Get one notification's details."),
+        tool("list_notifications", "List notifications."),
+    ]
+    idx = index(extra=extra)
+    assert names(idx, "my unread notifications") == ["s0__list_notifications"]  # the plural, as written
+    assert names(idx, "one notification in detail") == ["s0__get_notification_details"]
+    assert idx.search("notifications", 1)[0].matched == ("notifications",)  # once, though it matched twice

@@ -20,7 +20,7 @@ import heapq
 import math
 import re
 from collections import defaultdict
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +34,7 @@ MAX_QUERY_WORDS = 32
 """Words of a query that count; the rest are ignored (a query is a few keywords)."""
 FIELD_WEIGHTS: Mapping[str, float] = {
     "name": 3.0,
+    "exact": 0.5,
     "title": 2.0,
     "summary": 1.0,
     "description": 1.0,
@@ -45,7 +46,7 @@ FIELD_WEIGHTS: Mapping[str, float] = {
 }
 """How much a word counts in each field. The summary is the description's first sentence, which
 says what the tool is for; it counts on top of the whole description."""
-_B: Mapping[str, float] = {"name": 0.5, "title": 0.5, "tags": 0.3, "server": 0.0, "annotations": 0.0}
+_B: Mapping[str, float] = {"name": 0.5, "exact": 0.5, "title": 0.5, "tags": 0.3, "server": 0.0, "annotations": 0.0}
 """Length normalisation per field (0.75 where unnamed): short fields barely vary in length."""
 _K1 = 1.2
 _SYNONYM = 0.5
@@ -116,6 +117,11 @@ def _server_words(tools: Mapping[str, Tagged]) -> dict[str, frozenset[str]]:
     return out
 
 
+def _exact(name: str) -> list[str]:
+    """The words of a name as written, lower-cased, less stop words."""
+    return [w for w in (raw.lower() for raw in _WORD.findall(name[:MAX_TEXT_CHARS])) if w not in STOPWORDS]
+
+
 def _fields(tagged: Tagged, server_words: frozenset[str]) -> dict[str, list[str]]:
     route = tagged.route
     tool = route.tool
@@ -131,6 +137,7 @@ def _fields(tagged: Tagged, server_words: frozenset[str]) -> dict[str, list[str]
 
     return {
         "name": own(terms(route.local_name or route.remote_name)),
+        "exact": [f"={w}" for w in _exact(route.local_name or route.remote_name) if stem(w) not in server_words],
         "title": own(terms(title)),
         "summary": own(terms(_summary(description))),
         "description": own(terms(description)),
@@ -142,12 +149,14 @@ def _fields(tagged: Tagged, server_words: frozenset[str]) -> dict[str, list[str]
     }
 
 
-def _query(query: str) -> list[tuple[str, str]]:
-    """(stem, the query's own word) per word that can tell tools apart, in order, first occurrence only.
+def _query(query: str, known: Callable[[str], bool]) -> list[tuple[str, str]]:
+    """(term, the query's own word) per word that can tell tools apart, in order, first occurrence only.
 
-    Values in a query name a kind of thing, not a tool: a URL counts as `url`, a file name with an
-    extension as `file`, and a bare number not at all. Two adjacent words also count as one
-    (`local storage` finds `localstorage`, `look up` finds `lookup`), where the index knows it.
+    Each word counts stemmed, and as written against the names' exact forms (`=notifications`), so
+    a plural asks more for `list_notifications` than for `get_notification_details`. Values in a
+    query name a kind of thing, not a tool: a URL counts as `url`, a file name with an extension as
+    `file`, and a bare number not at all. Two adjacent words the index knows as one count as one
+    (`local storage` finds `localstorage`, `look up` is `lookup`), the second then not on its own.
     """
     out: dict[str, str] = {}
     previous: str | None = None
@@ -159,12 +168,15 @@ def _query(query: str) -> list[tuple[str, str]]:
             continue
         for raw in _WORD.findall(token):
             lower = raw.lower()
-            if previous is not None and lower.isalpha():
-                out.setdefault(stem(previous + lower), f"{previous} {lower}")
+            joined = stem(previous + lower) if previous is not None and lower.isalpha() else None
             previous = lower if lower.isalpha() else None
+            if joined is not None and known(joined):
+                out.setdefault(joined, f"{previous} {lower}")
+                continue
             if lower.isdigit() or lower in STOPWORDS or len(lower) == 1:
                 continue
             out.setdefault(stem(lower), lower)
+            out.setdefault(f"={lower}", lower)
     return list(out.items())
 
 
@@ -222,7 +234,8 @@ class SearchIndex:
         """The `k` best tools for `query`, best first (no match: empty); `server`/`capability` narrow them."""
         scores: dict[int, float] = defaultdict(float)
         matched: list[tuple[str, Mapping[int, float]]] = []
-        for term, word in _query(query)[:MAX_QUERY_WORDS]:
+        known: Callable[[str], bool] = lambda t: t in self._postings or t in self._expanded  # noqa: E731
+        for term, word in _query(query, known)[: 2 * MAX_QUERY_WORDS]:  # each word: its stem and its form
             matches = self._matches(term)
             if matches:
                 matched.append((word, matches))
@@ -247,6 +260,6 @@ class SearchIndex:
             (doc for doc, score in scores.items() if score >= cut), key=lambda d: (-scores[d], self._names[d])
         )
         return [
-            Hit(self._names[doc], round(scores[doc], 4), tuple(word for word, matches in matched if doc in matches))
+            Hit(self._names[doc], round(scores[doc], 4), tuple(dict.fromkeys(w for w, m in matched if doc in m)))
             for doc in ranked[:k]
         ]
