@@ -524,6 +524,29 @@ def test_react_calls_count_toward_the_step_limit() -> None:
     ]
 
 
+def test_a_json_list_of_calls_is_a_plan_as_nestful_writes_it() -> None:
+    plan = prepare(
+        '```json\n[{"name": "search__find_files", "label": "$var_1", "arguments": {"pattern": "x"}},\n'
+        ' {"name": "fetch__fetch", "label": "$var_2", "arguments": "{\\"url\\": \\"$var_1.text$\\"}"}]\n```'
+    )
+    assert [(c.route.public_name, c.node.id, c.arguments) for c in plan.calls] == [
+        ("search__find_files", "var_1", {"pattern": "x"}),
+        ("fetch__fetch", "var_2", {"url": "${var_1.text}"}),
+    ]
+    assert parse_turn('[{"name": "a", "arguments": {}}]').warnings == (
+        "a JSON list of 1 call read as a plan, in order; in a plan write <call tool=...>{...}</call>",
+    )
+    fix = 'each item is {"name": "<tool>", "arguments": {...}} (and an optional "label")'
+    found = refused('[{"name": "search__find_files", "arguments": {"pattern": "x"}}, 3, {"name": "x", "label": "$1a"}]')
+    assert found == [("bad_call", f"item {n} of the JSON list of calls: {fix}") for n in (2, 3)]
+    assert [m for _, m in refused("[]")] == [f"the plan is a JSON value but no list of calls: {fix}"]
+    with pytest.raises(PlanSyntaxError) as err:
+        parse_turn('[{"name": "a", "arguments": {}}, {"name": "b", "arguments": {}}]', max_steps=1)
+    assert [p.message for p in err.value.problems] == [
+        "the plan has 2 steps; the limit is 1: split it over several turns"
+    ]
+
+
 def test_nestful_labels_name_calls() -> None:
     plan = prepare(
         '<tool_call>{"name": "search__find_files", "label": "$var_1", "arguments": {"pattern": "x"}}</tool_call>'

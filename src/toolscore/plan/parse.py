@@ -136,6 +136,8 @@ _REACT_RE = re.compile(
 _REACT_END_RE = re.compile(
     r"^[ \t]*+(?:(Observation)|Thought|Action|Final Answer)[ \t]*+:|^[ \t]*+<(?=[A-Za-z/!?])", re.MULTILINE
 )
+_JSON_LIST_RE = re.compile(r"\s*+(?:```(?:json)?+\s*+)?+(\[.*\])\s*+(?:```)?+\s*+$", re.DOTALL)
+"""A turn that is one JSON array (maybe in a fence): NESTFUL's and function-calling's list of calls."""
 _FENCED_RE = re.compile(r"^(`{3,}+|~{3,}+)[^\n]*+\n(.*)\n\1[ \t]*+$", re.DOTALL)
 """An Action Input in a markdown fence: the fence's content."""
 
@@ -746,6 +748,42 @@ class _Parser:
         # Read as `<call tool="name">` with the arguments as its content.
         self.call(index, attrs, nodes, tool=name, explicit=True, given=ArgsSpec("json", arguments))
 
+    def json_calls(self, raw: str) -> list[Node]:
+        """`[{"name": "fx__add", "label": "$var_1", "arguments": {...}}, ...]`: the turn is a JSON list
+        of calls, as NESTFUL's gold sequences and function-calling models write them; in order."""
+        s = self.s
+        value = s.parse_json(raw, "the JSON list of calls", 0, "tool_call")
+        nodes: list[Node] = []
+        if value is None:
+            return nodes
+        fix = 'each item is {"name": "<tool>", "arguments": {...}} (and an optional "label")'
+        if not isinstance(value, list) or not value:
+            s.problem("bad_call", f"the plan is a JSON value but no list of calls: {fix}", 0, tag="tool_call")
+            return nodes
+        calls = f"{len(value)} call{'' if len(value) == 1 else 's'}"
+        s.warn(f"a JSON list of {calls} read as a plan, in order; in a plan write <call tool=...>{{...}}</call>")
+        for n, item in enumerate(value, 1):
+            name = item.get("name") if isinstance(item, dict) else None
+            arguments = item.get("arguments", item.get("parameters", {})) if isinstance(item, dict) else None
+            if isinstance(arguments, str):
+                arguments = s.parse_json(arguments, f"call {n} arguments", 0, "tool_call")
+            label = item.get("label") if isinstance(item, dict) else None
+            ident = label.removeprefix("$") if isinstance(label, str) else None
+            if not isinstance(name, str) or not isinstance(arguments, dict) or (ident and not _ID_RE.match(ident)):
+                s.problem("bad_call", f"item {n} of the JSON list of calls: {fix}", 0, tag="tool_call")
+                continue
+            if len(s.calls) == self.max_steps:
+                total = self.max_steps + len(value) - n + 1
+                message = f"the plan has {total} steps; the limit is {self.max_steps}: split it over several turns"
+                s.problem("too_many_steps", message, 0, tag="tool_call")
+                break
+            node = CallNode(s.next_step, "tool_call", 1, ArgsSpec("json", arguments), public=name, id=ident)
+            s.next_step += 1
+            s.calls.append(node)
+            nodes.append(node)
+        s.stopped = True  # the list is the whole plan: no `<execute_tools />` is missing
+        return nodes
+
     def invoke(self, index: int, attrs: dict[str, str], nodes: list[Node]) -> None:
         """`<invoke name="fx__add"><parameter name="a">1</parameter>...</invoke>` (Anthropic style)."""
         s, token = self.s, self.tokens[index]
@@ -1000,7 +1038,8 @@ def parse_turn(
         message = "the plan holds an unpaired surrogate code point, which is no character; send valid Unicode"
         raise PlanSyntaxError([PlanProblem("bad_character", message, line=line)])
     parser = _Parser(text, first_step, max_steps, min(max_depth, MAX_DEPTH_CEILING))
-    nodes = parser.items(None, 0)
+    listed = _JSON_LIST_RE.match(text) if not parser.tokens else None
+    nodes = parser.json_calls(listed.group(1)) if listed is not None else parser.items(None, 0)
     s = parser.s
     if s.problems and not collect:
         raise PlanSyntaxError(s.problems)
