@@ -117,7 +117,7 @@ def test_a_signal_stops_the_gateway_and_leaves_no_child(stdio_gateway: subproces
     assert alive(child)
     proc.send_signal(signum)
     proc.wait(timeout=60)
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 60  # a hang detector
     while alive(child) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not alive(child)

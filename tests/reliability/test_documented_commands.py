@@ -209,6 +209,11 @@ def _wait_stdio(proc: subprocess.Popen[bytes], command: str) -> None:
     assert json.loads(proc.stdout.readline())["result"]["serverInfo"]["name"] == "toolscore"
 
 
+_SIGINT_DEFAULT = (
+    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execvp(sys.argv[1], sys.argv[1:])"
+)
+
+
 def _run_serving(command: str, workdir: Path, env: dict[str, str]) -> None:
     """Start it, see it answer, SIGTERM it: it must exit 0."""
     argv = shlex.split(command)
@@ -223,6 +228,10 @@ def _run_serving(command: str, workdir: Path, env: dict[str, str]) -> None:
         argv += ["--port", str(port)]
     if "--tls-cert" in argv:
         _self_signed(workdir)
+    if _follows(command):
+        # Started as a terminal starts it, with Ctrl-C's SIGINT at its default: a pytest-xdist
+        # worker ignores SIGINT, a child inherits that, and `tail -f` then ran until killed.
+        argv = [sys.executable, "-c", _SIGINT_DEFAULT, *argv]
     pipes = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
     proc = subprocess.Popen(argv, cwd=workdir, env={**env, **assignments}, **pipes)  # type: ignore[call-overload]
     try:
