@@ -211,7 +211,7 @@ async def test_a_large_plan_is_parsed_off_the_event_loop_all_the_same(gw: GW) ->
 async def test_policy_may_refuse_a_plan_or_orchestrate_itself(gw: GW) -> None:
     gateway, sink = gw
 
-    def no_echo(plan: CheckedPlan) -> list[PlanProblem]:
+    def no_echo(plan: CheckedPlan, caller: str | None) -> list[PlanProblem]:
         return [PlanProblem("policy", "no echo", step=c.step) for c in plan.calls if c.route.remote_name == "echo"]
 
     def orchestrator(**kw: Any) -> Orchestrator:
