@@ -9,13 +9,18 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx2
 import mcp_types
 import pytest
 from mcp import Client
 
 from tests.conftest import text
+from toolscore._gateway import http_pages, open_gateway
 from toolscore._reload import effective, watch_config
+from toolscore.audit.sinks import MemoryAuditSink
 from toolscore.config import load_config
+from toolscore.front.console import ConsoleFeed
+from toolscore.front.routes import PathRoutes
 from toolscore.testing import FakeDownstream, running_gateway
 
 pytestmark = pytest.mark.anyio
@@ -172,3 +177,23 @@ async def test_the_watch_reloads_when_the_file_changes(tmp_path: Path) -> None:
             await changed.wait()
         tg.cancel_scope.cancel()
     assert reloads == 1
+
+
+async def test_the_console_says_why_the_config_was_not_reloaded(tmp_path: Path) -> None:
+    path = tmp_path / "servers.json"
+    _write(path, {"a": {}})
+    fake = _fakes()["a"]
+    async with open_gateway(
+        load_config(path), audit=MemoryAuditSink(), memory_servers={"a": fake.server}, console=ConsoleFeed()
+    ) as gw:
+        app = PathRoutes(_no_mcp, http_pages(gw))
+        async with httpx2.AsyncClient(transport=httpx2.ASGITransport(app), base_url="http://gw") as client:
+            assert (await client.get("/ui/api/config")).json() == {"reload_problem": None}
+            path.write_text('{"mcpServers": {"a": {"type": "memory", "timeout": "soon"}}}')
+            assert await gw.reload() is None
+            problem = (await client.get("/ui/api/config")).json()["reload_problem"]
+            assert "servers.json" in problem and "timeout" in problem
+
+
+async def _no_mcp(scope: object, receive: object, send: object) -> None:
+    raise AssertionError("a page path reached the MCP app")

@@ -172,6 +172,7 @@ def http_pages(gateway: Gateway) -> dict[str, ASGIApp]:
                 server_of=lambda name: route.server if (route := gateway.hub.registry.get(name)) else None,
                 call=call,
                 slow_ms=gateway.config.settings.slow_call_seconds * 1000,
+                reload_problem=lambda: gateway.reload_problem,
             )
         )
     return pages

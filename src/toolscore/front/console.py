@@ -121,6 +121,7 @@ def console_pages(
     server_of: Callable[[str], str | None],
     call: CallTool,
     slow_ms: float,
+    reload_problem: Callable[[], str | None] = lambda: None,
 ) -> dict[str, ASGIApp]:
     """The console's routes by exact path.
 
@@ -131,6 +132,7 @@ def console_pages(
         server_of: The server a tool is routed to (None for the gateway's own).
         call: Runs a tool (or `orchestrate`) as a client's call would, through the engine.
         slow_ms: The slow-tool threshold of the figures.
+        reload_problem: Why the last reload of the config file kept the running config, if it did.
     """
     page = _page()
     page_headers = {
@@ -204,6 +206,7 @@ def console_pages(
         "/ui/api/stats": _get(lambda: _json(compute_stats(feed.recent(), slow_ms=slow_ms).as_dict())),
         "/ui/api/audit": _get(audit),
         "/ui/api/call": try_call,
+        "/ui/api/config": _get(lambda: _json({"reload_problem": reload_problem()})),
     }
 
 
