@@ -288,6 +288,8 @@ def build_registry(
         cfg = config.servers[server]
         prefix = server if cfg.prefix is None else cfg.prefix
         report = problems.append if server not in resting else _ignore
+        # Another server's tool named in a description is shadowing; this server's own is not.
+        others = everyone - names[server]
         for tool in server_tools[server]:
             if not _selected(tool.name, cfg.tools.allow, cfg.tools.deny):
                 continue
@@ -308,8 +310,6 @@ def build_registry(
                 report(f"server '{server}' tool '{tool.name}' skipped: {problem}")
                 continue
             if cfg.poisoning != "off":
-                # Another server's tool named in a description is shadowing; this server's own is not.
-                others = everyone - names[server]
                 definition = {**dump["tools"][0], "name": tool.name}
                 findings = _scanned(tool, definition, key, others)
                 suspect = screen(

@@ -161,16 +161,27 @@ def _excerpt(span: str) -> str:
 def _fold(text: str) -> tuple[str, list[int] | None]:
     if text.isascii():
         return text.lower(), None
-    chars: list[str] = []
+    pieces: list[str] = []
     where: list[int] = []
-    for i, ch in enumerate(text):
-        if _SUSPECT.match(ch):
-            continue
-        folded = ch.lower() if ch.isascii() else unicodedata.normalize("NFKC", ch).casefold().replace("\u2019", "'")
-        for c in folded:
-            chars.append(c)
-            where.append(i)
-    return "".join(chars), where
+    at = 0
+    for run in _NON_ASCII.finditer(text):  # ASCII stretches in bulk; only the rest char by char
+        start, end = run.span()
+        pieces.append(text[at:start].lower())
+        where.extend(range(at, start))
+        for i in range(start, end):
+            ch = text[i]
+            if _SUSPECT.match(ch):
+                continue
+            folded = unicodedata.normalize("NFKC", ch).casefold().replace("\u2019", "'")
+            pieces.append(folded.lower())
+            where.extend([i] * len(folded))
+        at = end
+    pieces.append(text[at:].lower())
+    where.extend(range(at, len(text)))
+    return "".join(pieces), where
+
+
+_NON_ASCII = re.compile(r"[^\x00-\x7f]+")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -195,7 +206,6 @@ _AT_DOMAIN = re.compile(r"@[a-z0-9-]+(?:\.[a-z0-9-]+)+")
 _PHONE = re.compile(r"\+\d[\d ().-]{7,18}\d")
 _ENCODED = re.compile(r"[A-Za-z0-9+/]{64,}={0,2}")
 _WORD = re.compile(r"\w+(?:'t)?")
-_NAME = re.compile(r"\w[\w-]*(?:\.[\w-]+)*")
 _SENTENCE = re.compile(r"[.!?]\s|\n")
 _RESERVED_DOMAINS = ("example.com", "example.org", "example.net", "localhost")
 _RESERVED_TLDS = (".example", ".test", ".invalid", ".localhost")
@@ -369,7 +379,7 @@ class _Text:
 class _Scan:
     """One definition's joined texts, folded, and the findings so far."""
 
-    def __init__(self, texts: list[_Text], others: frozenset[str], network: bool) -> None:
+    def __init__(self, texts: list[_Text], others: _Names, network: bool) -> None:
         self.texts = texts
         self.others = others
         self.network = network
@@ -462,9 +472,11 @@ class _Scan:
                 spans.extend(m.span() for m in _TOKEN.finditer(folded))
             return spans[first][0], spans[last][1]
 
-        if not present.isdisjoint(_FIRST):
-            for i, word in enumerate(words):
-                for phrase in _FIRST.get(word, ()):
+        # Each first word present, found by `list.index` (in C): most words of a text start no phrase.
+        for word in present.intersection(_FIRST):
+            i = -1
+            while (i := _index(words, word, i + 1)) >= 0:
+                for phrase in _FIRST[word]:
                     last = _match(words, i, phrase)
                     if last is not None:
                         self.add(phrase.check, phrase.severity, span(i, last), phrase.message)
@@ -476,11 +488,21 @@ class _Scan:
                 sentence = set(_TOKEN.findall(folded, *_sentence_around(folded, *m.span())))
                 if not sentence.isdisjoint(_NET_VERBS) or "?" in m.group() or "{" in m.group():
                     self.add("exfil.url", Severity.MEDIUM, m.span(), "a URL to send to, in a tool without network use")
-        if self.others:
-            for m in _NAME.finditer(folded):
-                name = m.group()[:128]
-                if name in self.others or any(name[k + 1 :] in self.others for k, c in enumerate(name) if c in "_."):
-                    self.add("shadow.other_tool", Severity.HIGH, m.span(), "names another server's tool")
+        if self.others[0] or self.others[1]:
+            self._shadowing(present)
+
+    def _shadowing(self, present: set[str]) -> None:
+        """Another server's tool named: a word that is the name (or ends `_name`, as in
+        `mcp_tool_send_email`), or for a name with `-` or `.`, that text between word boundaries."""
+        words, hyphenated = self.others
+        named = present & words
+        for token in (t for t in present if "_" in t and len(t) <= 128):
+            parts = token.split("_")
+            named.update(name for k in range(1, len(parts)) if (name := "_".join(parts[k:])) in words)
+        named.update(name for name in hyphenated if name in self.folded)
+        for name in named:
+            for m in re.finditer(rf"(?<![\w.-])(?:\w*_)?{re.escape(name)}(?![\w-])", self.folded):
+                self.add("shadow.other_tool", Severity.HIGH, m.span(), "names another server's tool")
 
 
 def _sentence_around(text: str, start: int, end: int) -> tuple[int, int]:
@@ -509,16 +531,42 @@ def _secrets(words: list[str]) -> Iterator[tuple[int, int]]:
         begin = stop + 1
 
 
+_Names = tuple[frozenset[str], frozenset[str]]
+_NO_NAMES: _Names = (frozenset(), frozenset())
+
+
 @functools.lru_cache(maxsize=64)
-def _distinct(others: frozenset[str]) -> frozenset[str]:
-    return frozenset(n.lower() for n in others if any(c in n for c in "_-."))
+def _distinct(others: frozenset[str]) -> _Names:
+    names = {n.lower()[:128] for n in others if any(c in n for c in "_-.")}
+    words = frozenset(n for n in names if _WORD_ONLY.fullmatch(n))
+    return words, frozenset(names - words)
 
 
-def _distinctive(others: Collection[str]) -> frozenset[str]:
-    """The names worth looking for: with `_`, `-` or `.` (a plain word such as "search" is prose)."""
+def _distinctive(others: Collection[str]) -> _Names:
+    """The names worth looking for, as (one word with `_`, with `-` or `.`): a plain word such as
+    "search" is prose. The last answer is kept by identity: a catalog passes one set per server."""
     if not others:
-        return frozenset()
-    return _distinct(others if isinstance(others, frozenset) else frozenset(others))
+        return _NO_NAMES
+    global _LAST_OTHERS
+    last = _LAST_OTHERS  # one tuple, replaced whole: a reader never sees one set with another's names
+    if last is not None and last[0] is others:
+        return last[1]
+    names = _distinct(others if isinstance(others, frozenset) else frozenset(others))
+    _LAST_OTHERS = (others, names)
+    return names
+
+
+_LAST_OTHERS: tuple[Collection[str], _Names] | None = None
+
+
+_WORD_ONLY = re.compile(r"\w+")
+
+
+def _index(words: list[str], word: str, start: int) -> int:
+    try:
+        return words.index(word, start)
+    except ValueError:
+        return -1
 
 
 _PROSE_KEYS = frozenset({"description", "title", "$comment", "default", "examples", "enum", "const"})
@@ -540,44 +588,36 @@ def _texts(kind: str, definition: Mapping[str, Any]) -> list[_Text]:
                     if isinstance(value := argument.get(key), str):
                         texts.append(_Text(f"arguments[{n}].{key}", value, prose=key != "name"))
     for key in ("inputSchema", "outputSchema"):
-        if isinstance(schema := definition.get(key), Mapping):
-            _schema_texts(schema, key, texts)
+        _schema_texts(definition.get(key), key, texts)
     return texts
 
 
-def _schema_texts(schema: Mapping[str, Any], root: str, texts: list[_Text]) -> None:
+def _schema_texts(node: Any, where: str, texts: list[_Text], prose: bool = False, depth: int = 0) -> None:
     """A schema's prose (descriptions, titles, enums, defaults, examples) and property names;
     not its keywords' values (`type`, `format`, `pattern`), which are no text for a reader.
-    Iterative, depth-first in document order, `_MAX_DEPTH` deep at most."""
-    stack: list[tuple[Any, str, bool, int]] = [(schema, root, False, 0)]
-    while stack:
-        node, where, prose, depth = stack.pop()
-        if type(node) is str:
-            texts.append(_Text(where, node, prose=True))
-        elif depth > _MAX_DEPTH:
-            continue
-        elif isinstance(node, Mapping):
-            children = []
-            for key, value in node.items():
-                kind = type(value)
-                if kind is str:
-                    if prose or key in _PROSE_KEYS:
-                        children.append((value, f"{where}.{key}", True, depth))
-                elif kind is dict or kind is list or isinstance(value, (Mapping, list)):
-                    inner = prose or key in _PROSE_KEYS
-                    if not inner and key in _NAMED and isinstance(value, Mapping):
-                        texts.extend(
-                            _Text(f"{where}.{key}.{name}", name, prose=False) for name in value if type(name) is str
-                        )
-                    children.append((value, f"{where}.{key}", inner, depth + 1))
-            stack.extend(reversed(children))
-        elif isinstance(node, list):
-            items = [
-                (item, f"{where}[{n}]", prose, depth + 1)
-                for n, item in enumerate(node)
-                if (prose and type(item) is str) or isinstance(item, (Mapping, list))
-            ]
-            stack.extend(reversed(items))
+    `_MAX_DEPTH` deep at most (a schema nested deeper is not examined past it)."""
+    if depth > _MAX_DEPTH:
+        return
+    if type(node) is dict:
+        for key, value in node.items():
+            kind = type(value)
+            if kind is str:
+                if prose or key in _PROSE_KEYS:
+                    texts.append(_Text(f"{where}.{key}", value, True))
+            elif kind is dict:
+                inner = prose or key in _PROSE_KEYS
+                if not inner and key in _NAMED:
+                    texts.extend(_Text(f"{where}.{key}.{name}", name, False) for name in value if type(name) is str)
+                _schema_texts(value, f"{where}.{key}", texts, inner, depth + 1)
+            elif kind is list:
+                _schema_texts(value, f"{where}.{key}", texts, prose or key in _PROSE_KEYS, depth + 1)
+    elif type(node) is list:
+        for n, item in enumerate(node):
+            if type(item) is str:
+                if prose:
+                    texts.append(_Text(f"{where}[{n}]", item, True))
+            elif type(item) in (dict, list):
+                _schema_texts(item, f"{where}[{n}]", texts, prose, depth + 1)
 
 
 _NAMED = frozenset({"properties", "patternProperties"})
@@ -625,9 +665,9 @@ def _capability(definition: Mapping[str, Any], scan: _Scan) -> None:
         return
     text = description[:MAX_TEXT]
     folded, where = _fold(text)
-    words = [(m.group(), m.start(), m.end()) for m in _WORD.finditer(folded)]
-    if not any(w in verbs for w, _, _ in words):
+    if verbs.isdisjoint(_WORD.findall(folded)):
         return
+    words = [(m.group(), m.start(), m.end()) for m in _WORD.finditer(folded)]
     for i, (word, s, e) in enumerate(words):
         if word in verbs and not any(words[j][0] in _NEG for j in range(max(0, i - 3), i)):
             span = (s, e) if where is None else (where[s], where[e - 1] + 1)
