@@ -8,7 +8,7 @@ calls where each call takes an earlier call's output by reference (a number, a l
 of one, a key of an integer-keyed dict, bytes), written in one reference dialect (canonical,
 NESTFUL, ReWOO, LLMCompiler, a `$` without braces, templates, `<ref/>` elements) and one call
 form (server blocks, `<call>`, Hermes `<tool_call>` with NESTFUL labels, ReAct `Action:` blocks,
-Anthropic `<invoke>`), some wrapped in `<plan>`. About one in eight carries a fault a model makes
+Anthropic `<invoke>`, NESTFUL's JSON list of calls), some wrapped in `<plan>`. About one in eight carries a fault a model makes
 in its dialect (a label that names nothing, a `$` that closes one reference or opens the next,
 unmatched braces, evidence past the last call, a `<ref>` to nothing or with a bad path); those must
 be refused with the fix.
@@ -136,7 +136,7 @@ class Case:
 
 
 DIALECTS = ["canonical", "nestful", "rewoo", "llmcompiler", "bare", "template", "ref"]
-FORMS = ["block", "call", "hermes", "react", "invoke"]
+FORMS = ["block", "call", "hermes", "react", "invoke", "json_list"]
 LENGTHS = [2, 2, 3, 3, 4, 5, 6, 8, 10, 12, 16, 20, 25, 32, 40, 50]
 
 
@@ -176,7 +176,7 @@ def _json_arg(value: Any, dialect: str, form: str) -> str:
     """One argument value in JSON, a reference as the dialect writes it (a `<ref/>` bare)."""
     if isinstance(value, Ref):
         written = render_ref(value, dialect, form)
-        return written if dialect == "ref" and form != "hermes" else json.dumps(written)
+        return written if dialect == "ref" and form not in ("hermes", "json_list") else json.dumps(written)
     if isinstance(value, Interp):
         return json.dumps(value.before + render_ref(value.ref, dialect, form) + value.after)
     return json.dumps(value)
@@ -193,6 +193,9 @@ def render_call(step: int, call: Call, dialect: str, form: str) -> str:
         return f"<fx><{call.tool}{ident}>{_json_args(call.args, dialect, form)}</{call.tool}></fx>"
     if form == "call":
         return f'<call server="fx" tool="{call.tool}"{ident}>{_json_args(call.args, dialect, form)}</call>'
+    if form == "json_list":  # one item of NESTFUL's list of calls
+        named = f', "label": "${label}"' if label else ""
+        return f'{{"name": "fx__{call.tool}"{named}, "arguments": {_json_args(call.args, dialect, form)}}}'
     if form == "hermes":
         named = f', "label": "${label}"' if label else ""
         arguments = _json_args(call.args, dialect, form)
@@ -322,10 +325,12 @@ def build(n_plans: int = 240, seed: int = 34) -> list[Case]:
             # The fault replaces the last call's argument: a text the model wrote.
             body[-1] = render_call(len(calls), Call("describe", {"text": "__FAULT__"}), dialect, form)
             body[-1] = body[-1].replace('"__FAULT__"', json.dumps(written)).replace("__FAULT__", written)
-        text = ("\n" if form == "react" else "").join(body)
-        if form == "invoke":
+        text = ("\n" if form == "react" else ",\n" if form == "json_list" else "").join(body)
+        if form == "json_list":
+            text = f"[{text}]"
+        elif form == "invoke":
             text = f"<function_calls>\n{text}\n</function_calls>"
-        elif len(cases) % 5 == 0 and form != "react":
+        elif len(cases) % 5 == 0 and form not in ("react", "json_list"):
             text = f"<plan>\n{text}\n</plan>"
         if form != "react" or len(cases) % 2:
             text += "\n<execute_tools />"

@@ -136,7 +136,9 @@ _REACT_RE = re.compile(
 _REACT_END_RE = re.compile(
     r"^[ \t]*+(?:(Observation)|Thought|Action|Final Answer)[ \t]*+:|^[ \t]*+<(?=[A-Za-z/!?])", re.MULTILINE
 )
-_JSON_LIST_RE = re.compile(r"\s*+(?:```(?:json)?+\s*+)?+(\[.*\])\s*+(?:```)?+\s*+$", re.DOTALL)
+_JSON_LIST_RE = re.compile(
+    r"\s*+(?:```(?:json)?+\s*+)?+(\[.*\])\s*+(?:```)?+\s*+(?:<execute_tools\s*+/>)?+\s*+$", re.DOTALL | re.IGNORECASE
+)
 """A turn that is one JSON array (maybe in a fence): NESTFUL's and function-calling's list of calls."""
 _FENCED_RE = re.compile(r"^(`{3,}+|~{3,}+)[^\n]*+\n(.*)\n\1[ \t]*+$", re.DOTALL)
 """An Action Input in a markdown fence: the fence's content."""
@@ -1038,7 +1040,8 @@ def parse_turn(
         message = "the plan holds an unpaired surrogate code point, which is no character; send valid Unicode"
         raise PlanSyntaxError([PlanProblem("bad_character", message, line=line)])
     parser = _Parser(text, first_step, max_steps, min(max_depth, MAX_DEPTH_CEILING))
-    listed = _JSON_LIST_RE.match(text) if not parser.tokens else None
+    # Only markup that closes nothing (a `<ref/>` in a string, the stop tag) beside the list.
+    listed = _JSON_LIST_RE.match(text) if not parser.has_structure() else None
     nodes = parser.json_calls(listed.group(1)) if listed is not None else parser.items(None, 0)
     s = parser.s
     if s.problems and not collect:
