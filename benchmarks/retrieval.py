@@ -109,7 +109,7 @@ def main() -> None:
     print(f"  {graded} graded pairs, {negatives} hard negatives")
     began = time.perf_counter()
     index = index_of(servers)
-    print(f"index built in {(time.perf_counter() - began) * 1000:.1f} ms")
+    print(f"registry, tags and index built in {(time.perf_counter() - began) * 1000:.1f} ms")
     metrics, misses = quality(index, queries)
     print("  ".join(f"{name} {value:.3f}" for name, value in metrics.items()))
     if args.misses:

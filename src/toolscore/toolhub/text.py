@@ -12,6 +12,7 @@ Linear in the input and capped, so a hostile description or query costs at most 
 
 from __future__ import annotations
 
+import functools
 import re
 
 __all__ = ["MAX_TEXT_CHARS", "STOPWORDS", "stem", "terms", "words"]
@@ -52,6 +53,7 @@ def _has_vowel(text: str) -> bool:
     return any(c in _VOWELS for c in text)
 
 
+@functools.lru_cache(maxsize=65536)  # a catalog repeats its words: each is stemmed once
 def stem(word: str) -> str:
     """A small suffix stripper for lower-case words: `searches`, `searching`, `searched` -> `search`.
 
