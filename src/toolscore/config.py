@@ -56,6 +56,7 @@ __all__ = [
     "Config",
     "ConstraintsConfig",
     "GatewaySettings",
+    "HttpAuth",
     "HttpSettings",
     "InstallHints",
     "LoopSettings",
@@ -480,6 +481,53 @@ class PlanSettings(_Frozen):
     """Episodes kept in memory for references across turns (least recently used dropped)."""
 
 
+_SCOPE_TOKEN = re.compile(r"[\x21\x23-\x5b\x5d-\x7e]+")
+"""An OAuth scope (RFC 6749 section 3.3): printable ASCII without spaces, quotes or backslashes."""
+
+
+class HttpAuth(_Frozen):
+    """`toolscore.http.auth`: the HTTP front as an OAuth 2.1 resource server (docs/security.md#oauth)."""
+
+    issuer: str
+    """The authorization server's issuer identifier, exactly as its tokens' `iss` spell it."""
+    audience: str
+    """This gateway's resource URL (`https://gateway.example.com/mcp`): tokens must name it in `aud`."""
+    jwks: str
+    """The issuer's signing keys (a JWK Set): an https URL, or a file path (re-read when it changes)."""
+    scopes: tuple[str, ...] = ()
+    """Scopes every token must carry (`scope` or `scp`)."""
+    roles_claim: str = Field(default="roles", min_length=1)
+    """The claim holding the principal's roles (a list of strings); a dotted path reaches into objects."""
+    leeway_seconds: int = Field(default=30, ge=0, le=300)
+    """Clock skew allowed on `exp`, `nbf` and `iat`."""
+
+    @field_validator("issuer", "audience")
+    @classmethod
+    def _check_url(cls, value: str) -> str:
+        if not re.fullmatch(r'https?://[^\s/?#"\\]+(/[^\s?#"\\]*)?', value):
+            raise ValueError(f"{value!r} is not an http(s) URL without query or fragment")
+        return value
+
+    @field_validator("jwks")
+    @classmethod
+    def _check_jwks(cls, value: str) -> str:
+        if value.startswith("http://"):
+            host = re.sub(r":\d+$", "", value.removeprefix("http://").split("/")[0]).strip("[]")
+            if host not in ("127.0.0.1", "localhost", "::1"):
+                raise ValueError("fetch the keys over https (plain http only from a loopback address)")
+        elif not value.strip():
+            raise ValueError("name the issuer's JWK Set: an https URL or a file path")
+        return value
+
+    @field_validator("scopes")
+    @classmethod
+    def _check_scopes(cls, scopes: tuple[str, ...]) -> tuple[str, ...]:
+        for scope in scopes:
+            if _SCOPE_TOKEN.fullmatch(scope) is None:
+                raise ValueError(f"{scope!r} is not a scope: printable ASCII without spaces, quotes or backslashes")
+        return scopes
+
+
 class HttpSettings(_Frozen):
     """`toolscore.http`: who may reach `serve --transport http`, and how (docs/security.md)."""
 
@@ -493,6 +541,8 @@ class HttpSettings(_Frozen):
     """Serve HTTPS with this PEM certificate (chain)."""
     tls_key: str | None = None
     """Its PEM private key (default: inside `tls_cert`)."""
+    auth: HttpAuth | None = None
+    """Accept OAuth access tokens (JWTs) from this issuer instead of a token file (docs/security.md#oauth)."""
 
     @field_validator("allowed_hosts")
     @classmethod

@@ -1,8 +1,11 @@
-"""Who may reach the HTTP front: the bearer token, the Host/Origin allow-lists, TLS and the body cap.
+"""Who may reach the HTTP front: the bearer token or OAuth access tokens, the Host/Origin allow-lists,
+TLS and the body cap.
 
 `resolve_exposure` turns `toolscore.http` and the `serve` flags into a checked `HttpExposure`
 before anything starts (refusing a non-loopback bind without a token); `HttpGuard` is the ASGI
-middleware that enforces it in front of the SDK's app.
+middleware that enforces it in front of the SDK's app. Access tokens are checked in `front.oauth`;
+the guard answers for them as the MCP authorization specification says (RFC 9728 metadata, RFC 6750
+challenges).
 """
 
 from __future__ import annotations
@@ -10,7 +13,6 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import os
-import re
 import ssl
 import stat
 from collections import OrderedDict
@@ -26,8 +28,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from toolscore.config import DEFAULT_MAX_REQUEST_BYTES, TOKEN_ENV, HttpSettings
 from toolscore.errors import ConfigError
-from toolscore.front.callers import PRINCIPAL_SCOPE_KEY
+from toolscore.front.callers import PRINCIPAL_SCOPE_KEY, ROLES_SCOPE_KEY
 from toolscore.front.http_input import check_body
+from toolscore.front.oauth import PRINCIPAL_NAME, JwksError, KeySource, Refusal, ResourceServer
 
 __all__ = [
     "SINGLE_PRINCIPAL",
@@ -47,7 +50,7 @@ _FLAGS = {"allowed_hosts": "--allow-host", "allowed_origins": "--allow-origin"}
 
 SINGLE_PRINCIPAL = "bearer"
 """The principal of a token file holding one bare token (and of `TOOLSCORE_TOKEN`)."""
-_PRINCIPAL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}")
+_PRINCIPAL_NAME = PRINCIPAL_NAME
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -82,6 +85,8 @@ class HttpExposure:
     security: TransportSecuritySettings
     tls_cert: str | None = None
     tls_key: str | None = None
+    oauth: ResourceServer | None = None
+    """Access tokens checked against `toolscore.http.auth` (then `token` is None)."""
 
     @property
     def scheme(self) -> str:
@@ -94,8 +99,9 @@ class HttpExposure:
             return None
         tls = "TLS is on" if self.tls_cert else "terminate TLS in a reverse proxy or give --tls-cert/--tls-key"
         hosts = ", ".join(self.security.allowed_hosts)
+        needs = "an access token" if self.oauth else "the bearer token"
         return (
-            f"{host} is not a loopback address: every request needs the bearer token; {tls}; "
+            f"{host} is not a loopback address: every request needs {needs}; {tls}; "
             f"accepted Host headers: {hosts} (add the name clients use with --allow-host)"
         )
 
@@ -130,10 +136,12 @@ def resolve_exposure(
 
     Flags win over the config; `allow_hosts` and `allow_origins` add to the configured lists. The
     token comes from `token_file` (the flag), else `$TOOLSCORE_TOKEN`, else `settings.token_file`.
+    `settings.auth` (OAuth access tokens) excludes all three: one kind of credential per gateway.
 
     Raises:
         ConfigError: a non-loopback bind without a token, an unreadable, too open or weak token, a
-            TLS certificate and key that do not load, or a malformed host or origin.
+            token and `auth` both set, a JWK Set file that does not load, TLS certificate and key
+            that do not load, or a malformed host or origin.
     """
     update: dict[str, object] = {
         "allowed_hosts": (*settings.allowed_hosts, *allow_hosts),
@@ -156,11 +164,23 @@ def resolve_exposure(
         token = _read_token_file(merged.token_file)
     else:
         token = None
+    oauth = None
+    if merged.auth is not None:
+        if token is not None:
+            raise ConfigError(
+                f"toolscore.http.auth and a bearer token ({token.source}) are both set: a gateway takes "
+                f"OAuth access tokens or token-file tokens, not both; drop one (unset {TOKEN_ENV} if it is set)",
+                field="toolscore.http.auth",
+            )
+        try:
+            oauth = ResourceServer(merged.auth, KeySource(merged.auth.jwks))
+        except JwksError as exc:
+            raise ConfigError(str(exc), field="toolscore.http.auth.jwks") from None
     loopback = is_loopback(host)
-    if token is None and not loopback:
+    if token is None and oauth is None and not loopback:
         raise ConfigError(
             f"--host {host} is not a loopback address, so clients must authenticate: set {TOKEN_ENV} "
-            "or give --token-file (or toolscore.http.token_file)"
+            "or give --token-file (or toolscore.http.token_file), or configure toolscore.http.auth"
         )
 
     cert, key = _checked_tls(merged.tls_cert, merged.tls_key)
@@ -171,7 +191,7 @@ def resolve_exposure(
         allowed_hosts=[*authorities, *merged.allowed_hosts],
         allowed_origins=[*(f"{scheme}://{a}" for a in authorities), *merged.allowed_origins],
     )
-    return HttpExposure(loopback, token, security, cert, key)
+    return HttpExposure(loopback, token, security, cert, key, oauth)
 
 
 def _authorities(hosts: Sequence[str], port: int, scheme: str) -> list[str]:
@@ -264,10 +284,13 @@ def _checked_tls(cert: str | None, key: str | None) -> tuple[str | None, str | N
 
 
 class HttpGuard:
-    """ASGI middleware in front of the SDK's app: the Host/Origin allow-list, then the bearer token.
+    """ASGI middleware in front of the SDK's app: the Host/Origin allow-list, then the bearer token
+    (or the OAuth access token).
 
     Both run on every path before the app sees the request, so a request from a DNS-rebinding web
-    page or without the token never reaches the MCP layer, and its body is never read.
+    page or without the token never reaches the MCP layer, and its body is never read. The
+    authenticated principal (and, with OAuth, its roles) goes into the ASGI scope for the layers
+    below (`PRINCIPAL_SCOPE_KEY`, `ROLES_SCOPE_KEY`).
     """
 
     def __init__(
@@ -278,8 +301,10 @@ class HttpGuard:
         token: BearerToken | None,
         public: frozenset[str] = frozenset(),
         max_body: int = DEFAULT_MAX_REQUEST_BYTES,
+        oauth: ResourceServer | None = None,
     ) -> None:
         self._app = app
+        self._oauth = oauth
         self._max_body = max_body
         """The app's body size limit: every body up to it is checked (`check_body`)."""
         self._hosts = TransportSecurityMiddleware(security)  # the SDK's own Host/Origin rules
@@ -298,13 +323,24 @@ class HttpGuard:
         request = Request(scope)
         refused = await self._hosts.validate_request(request)
         if refused is None and scope["path"].startswith("/.well-known/"):
-            # OAuth discovery probes (mcp-remote sends them): a clean "no OAuth here".
-            refused = JSONResponse({"error": "not_found"}, status_code=404)
-        principal = None
-        if refused is None and self._token is not None and scope["path"] not in self._public:
-            principal = self._principal(request, self._token)
-            if principal is None:
-                refused = _unauthorized()
+            if self._oauth is not None and scope["path"] in self._oauth.metadata_paths:
+                # RFC 9728: how a client finds the authorization server; public, as it must be.
+                refused = JSONResponse(self._oauth.metadata(), headers={"Cache-Control": "max-age=300"})
+            else:  # OAuth discovery probes (mcp-remote sends them): a clean "no OAuth here".
+                refused = JSONResponse({"error": "not_found"}, status_code=404)
+        principal: str | None = None
+        roles: tuple[str, ...] = ()
+        if refused is None and scope["path"] not in self._public:
+            if self._oauth is not None:
+                identity = await self._oauth.authenticate(request.headers.get("authorization"))
+                if isinstance(identity, Refusal):
+                    refused = _challenge(identity, self._oauth)
+                else:
+                    principal, roles = identity.principal, identity.roles
+            elif self._token is not None:
+                principal = self._principal(request, self._token)
+                if principal is None:
+                    refused = _unauthorized()
         session = request.headers.get(_SESSION_HEADER)
         if principal is not None and session is not None and not self._sessions.admits(session, principal):
             refused = _session_not_found()
@@ -314,6 +350,7 @@ class HttpGuard:
         if principal is not None:
             # Who holds the token: per-client state of stateless (2026-07-28) requests is keyed by it.
             scope[PRINCIPAL_SCOPE_KEY] = principal
+            scope[ROLES_SCOPE_KEY] = roles
         if not scope["path"].startswith("/mcp"):  # the gateway's own pages (/metrics, /ui) read their own bodies
             await self._app(scope, receive, send)
             return
@@ -382,3 +419,16 @@ def _unauthorized() -> Response:
         status_code=401,
         headers={"WWW-Authenticate": 'Bearer realm="toolscore"'},
     )
+
+
+def _challenge(refusal: Refusal, oauth: ResourceServer) -> Response:
+    """A refused access token, answered as RFC 6750 section 3 and RFC 9728 section 5.1 say."""
+    body = {"error": refusal.error or "unauthorized", "error_description": refusal.description}
+    if refusal.status not in (401, 403):  # the issuer's keys are out of reach: not the client's doing
+        return JSONResponse(body, status_code=refusal.status, headers={"Retry-After": "60"})
+    params = [f'resource_metadata="{oauth.metadata_url}"']
+    if refusal.error is not None:
+        params[:0] = [f'error="{refusal.error}"', f'error_description="{refusal.description}"']
+    if oauth.settings.scopes and refusal.error != "invalid_token":
+        params.append(f'scope="{" ".join(oauth.settings.scopes)}"')
+    return JSONResponse(body, status_code=refusal.status, headers={"WWW-Authenticate": "Bearer " + ", ".join(params)})

@@ -174,6 +174,7 @@ def http_app(
         PathRoutes(app, pages) if pages else app,
         security=exposure.security,
         token=exposure.token,
+        oauth=exposure.oauth,
         public=PUBLIC_PATHS & set(pages or ()),
         max_body=max_request_bytes,
     )
