@@ -32,6 +32,7 @@ from mcp.client.streamable_http import streamable_http_client
 from tests.conftest import FIXTURE_SERVER, free_port, http_gateway_process, wait_for, write_config
 from tests.fixtures.corpus_server import CASES, ENVELOPES
 from toolscore import load_config, open_gateway
+from toolscore.front import http_fast
 from toolscore.front.http import resolve_exposure
 from toolscore.front.http_fast import JSON_WINDOW, HttpCalls
 from toolscore.front.serve import http_app
@@ -52,24 +53,46 @@ def corpus_config(tmp_path: Path, **entry: Any) -> Path:
 
 
 @asynccontextmanager
-async def front(config: Path) -> AsyncIterator[tuple[str, HttpCalls]]:
-    """The HTTP front on a free loopback port; yields its /mcp URL and its hot path."""
+async def front(config: Path, *, json_window: float = 30.0) -> AsyncIterator[tuple[str, HttpCalls]]:
+    """The HTTP front on a free loopback port; yields its /mcp URL and its hot path.
+
+    `json_window`: how long a call may take and still be answered as JSON. The front's own 0.1 s
+    is widened, so a busy machine does not turn an answer a test reads as JSON into a stream;
+    the tests of the stream pass `JSON_WINDOW`.
+    """
     loaded = load_config(config)
     port = free_port()
     exposure = resolve_exposure(loaded.settings.http, host="127.0.0.1", port=port, env={})
-    async with open_gateway(loaded) as gw, anyio.create_task_group() as tg:
-        await gw.hub.wait_started()
-        app = http_app(gw.server, host="127.0.0.1", exposure=exposure, max_request_bytes=64 << 20)
-        assert gw.server.http_calls is not None
-        server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
-        tg.start_soon(server.serve)
-        with anyio.fail_after(60):
-            while not server.started:  # noqa: ASYNC110 - uvicorn offers no event to await
-                await anyio.sleep(0.01)
+    window, http_fast.JSON_WINDOW = http_fast.JSON_WINDOW, json_window
+    stopped = anyio.Event()
+
+    async def serve() -> None:
         try:
-            yield f"http://127.0.0.1:{port}/mcp", gw.server.http_calls
+            await server.serve()
         finally:
-            server.should_exit = True
+            stopped.set()
+
+    try:
+        async with open_gateway(loaded) as gw, anyio.create_task_group() as tg:
+            await gw.hub.wait_started()
+            app = http_app(gw.server, host="127.0.0.1", exposure=exposure, max_request_bytes=64 << 20)
+            assert gw.server.http_calls is not None
+            options = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
+            server = uvicorn.Server(options)
+            tg.start_soon(serve)
+            with anyio.fail_after(60):
+                while not server.started:  # noqa: ASYNC110 - uvicorn offers no event to await
+                    await anyio.sleep(0.01)
+            try:
+                yield f"http://127.0.0.1:{port}/mcp", gw.server.http_calls
+            finally:
+                # Shut down, even when the test failed: cancelled instead, uvicorn left its
+                # listening socket open, and the next test failed on its ResourceWarning.
+                server.should_exit = True
+                with anyio.CancelScope(shield=True), anyio.move_on_after(60):
+                    await stopped.wait()
+    finally:
+        http_fast.JSON_WINDOW = window
 
 
 class RawSession:
@@ -191,10 +214,9 @@ async def test_progress_switches_the_answer_to_an_event_stream(tmp_path: Path) -
 
 
 async def test_a_long_call_gets_a_resumable_stream_that_a_reconnect_resumes(tmp_path: Path) -> None:
-    async with front(corpus_config(tmp_path)) as (url, calls), raw_session(url) as client:
+    # The front's own window (a quick call's JSON answer is the corpus test's subject).
+    async with front(corpus_config(tmp_path), json_window=JSON_WINDOW) as (url, calls), raw_session(url) as client:
         await client.hot(calls)
-        quick = await client.call(1, "c__sleep", {"seconds": 0})
-        assert content_type(quick) == JSON
         before = calls.served
         # Longer than the JSON window: the answer comes on a stream that opens with a priming event.
         request = {"name": "c__sleep", "arguments": {"seconds": 4 * JSON_WINDOW}}
@@ -304,7 +326,7 @@ async def test_a_server_killed_mid_call_gives_that_call_an_error(tmp_path: Path)
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(slow)
-            await anyio.sleep(0.5)
+            await wait_for(lambda: calls.running > 0)  # the call is in flight
             os.kill(int(pid), signal.SIGKILL)
         listed = await client.post({"jsonrpc": "2.0", "id": 3, "method": "tools/list"})
         assert listed.status_code == 200  # the gateway is up
