@@ -43,24 +43,34 @@ async def test_a_large_result_does_not_stall_other_clients(tmp_path: Path) -> No
     async with running_gateway(cfg, tmp_path) as (gw, _):
         # Each small call's CPU time in this process (the gateway's own work, on its loop): a busy
         # machine stretches the wall time of a call, not the CPU this process spends blocking it.
-        lags: list[float] = []
-        done = anyio.Event()
 
-        async def other_client() -> None:
-            async with Client(gw.server, mode="legacy") as client:
-                while not done.is_set():
-                    began = time.process_time()
-                    assert text(await client.call_tool("fx__echo", {"text": "x"})) == "x"
-                    lags.append(time.process_time() - began)
+        async def longest_stall() -> float:
+            lags: list[float] = []
+            done = anyio.Event()
 
-        async with anyio.create_task_group() as tg, Client(gw.server, mode="legacy") as client:
-            tg.start_soon(other_client)
-            result = await client.call_tool("big__large", {"size": 31 * 1024 * 1024})
-            done.set()
-        assert not result.is_error and len(text(result)) == 31 * 1024 * 1024
-    # The SDK's reader re-copied its buffer per chunk: 31 MiB stalled every other client for about a
-    # second. Now the longest is one parse of the line (about 0.15 s).
-    assert len(lags) > 1 and max(lags) < 0.6, max(lags)
+            async def other_client() -> None:
+                async with Client(gw.server, mode="legacy") as client:
+                    while not done.is_set():
+                        began = time.process_time()
+                        assert text(await client.call_tool("fx__echo", {"text": "x"})) == "x"
+                        lags.append(time.process_time() - began)
+
+            async with anyio.create_task_group() as tg, Client(gw.server, mode="legacy") as client:
+                tg.start_soon(other_client)
+                result = await client.call_tool("big__large", {"size": 31 * 1024 * 1024})
+                done.set()
+            assert not result.is_error and len(text(result)) == 31 * 1024 * 1024
+            assert len(lags) > 1
+            return max(lags)
+
+        # The SDK's reader re-copied its buffer per chunk: 31 MiB stalled every other client for
+        # about a second, every time. Now the longest is one parse of the line (about 0.15 s). A
+        # virtual machine counts time stolen by its neighbours as CPU time, so a stall over the
+        # bound is measured again (twice at most): only a slow gateway is slow every time.
+        stalls = [await longest_stall()]
+        while stalls[-1] >= 0.6 and len(stalls) < 3:
+            stalls.append(await longest_stall())
+    assert min(stalls) < 0.6, stalls
 
 
 async def test_invalid_utf8_and_noise_from_a_server_do_not_drop_it(tmp_path: Path) -> None:
