@@ -27,15 +27,22 @@ from toolscore.trust.poison import Finding, scan
 CORPUS = Path(__file__).parent / "data" / "poisoning_corpus.json"
 
 
+_STACK_OTHERS: dict[str, frozenset[str]] = {}
+
+
 def others_of(entry: dict[str, Any], entries: list[dict[str, Any]]) -> frozenset[str]:
     """The other servers' tool names the entry is scanned against: its own list, or for a shipped
-    server's definition the shipped stack's other servers' tools."""
+    server's definition the shipped stack's other servers' tools (one set per server, as the
+    registry passes them)."""
     if entry.get("stack"):
-        return frozenset(
-            e["definition"]["name"].lower()
-            for e in entries
-            if e.get("stack") and e["kind"] == "tool" and e["server"] != entry["server"]
-        )
+        server = entry["server"]
+        if server not in _STACK_OTHERS:
+            _STACK_OTHERS[server] = frozenset(
+                e["definition"]["name"].lower()
+                for e in entries
+                if e.get("stack") and e["kind"] == "tool" and e["server"] != server
+            )
+        return _STACK_OTHERS[server]
     return frozenset(name.lower() for names in entry.get("others", {}).values() for name in names)
 
 

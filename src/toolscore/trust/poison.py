@@ -23,7 +23,7 @@ import bisect
 import functools
 import re
 import unicodedata
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -379,7 +379,7 @@ class _Text:
 class _Scan:
     """One definition's joined texts, folded, and the findings so far."""
 
-    def __init__(self, texts: list[_Text], others: _Names, network: bool) -> None:
+    def __init__(self, texts: list[_Text], others: _Names, network: Callable[[], bool]) -> None:
         self.texts = texts
         self.others = others
         self.network = network
@@ -483,7 +483,7 @@ class _Scan:
         if not present.isdisjoint(_ACTION) and not present.isdisjoint(_SECRET_WORDS | _SECRET_HEADS):
             for first, last in _secrets(words):
                 self.add("exfil.secret", Severity.HIGH, span(first, last), "a secret the text asks to pass along")
-        if not self.network and "http" in folded:
+        if "http" in folded and not self.network():  # asked only when there is a URL: most texts have none
             for m in _URL.finditer(folded):
                 sentence = set(_TOKEN.findall(folded, *_sentence_around(folded, *m.span())))
                 if not sentence.isdisjoint(_NET_VERBS) or "?" in m.group() or "{" in m.group():
@@ -496,8 +496,8 @@ class _Scan:
         `mcp_tool_send_email`), or for a name with `-` or `.`, that text between word boundaries."""
         words, hyphenated = self.others
         named = present & words
-        for token in (t for t in present if "_" in t and len(t) <= 128):
-            parts = token.split("_")
+        for token in set(_UNDERSCORED.findall(self.folded)):
+            parts = token[:128].split("_")
             named.update(name for k in range(1, len(parts)) if (name := "_".join(parts[k:])) in words)
         named.update(name for name in hyphenated if name in self.folded)
         for name in named:
@@ -560,6 +560,7 @@ _LAST_OTHERS: tuple[Collection[str], _Names] | None = None
 
 
 _WORD_ONLY = re.compile(r"\w+")
+_UNDERSCORED = re.compile(r"(?<!\w)\w*_\w*")  # from a word's start only: linear
 
 
 def _index(words: list[str], word: str, start: int) -> int:
@@ -688,18 +689,29 @@ def scan(kind: str, definition: Mapping[str, Any], *, others: Collection[str] = 
         others: Lower-case names of the tools of *other* servers: a description naming one is shadowing.
             Only distinctive names count (with `_`, `-` or `.`), so that "search" or "fetch" in prose does not.
     """
-    texts: list[_Text] = []
+    texts = _texts(kind, definition)
+    if sum(len(t.text) for t in texts) > MAX_TOTAL - len(texts) or any(len(t.text) > MAX_TEXT for t in texts):
+        texts = _capped(texts)
+    network = (lambda: _networked(definition)) if kind == "tool" else (lambda: False)
+    state = _Scan(texts, _distinctive(others), network)
+    state.run()
+    if kind == "tool":
+        _capability(definition, state)
+    if not state.out:
+        return ()
+    order = {t.where: n for n, t in reversed(list(enumerate(texts)))}
+    state.out.sort(key=lambda f: (order.get(f.where, 0), f.start))
+    return tuple(state.out[:_MAX_FINDINGS])
+
+
+def _capped(texts: list[_Text]) -> list[_Text]:
+    """Each text cut to `MAX_TEXT`, and all of them to `MAX_TOTAL` together."""
+    kept: list[_Text] = []
     budget = MAX_TOTAL
-    for t in _texts(kind, definition):
+    for t in texts:
         if budget <= 0:
             break
         t.text = t.text[: min(MAX_TEXT, budget)]
         budget -= len(t.text) + 1
-        texts.append(t)
-    state = _Scan(texts, _distinctive(others), _networked(definition) if kind == "tool" else False)
-    state.run()
-    if kind == "tool":
-        _capability(definition, state)
-    order = {t.where: n for n, t in reversed(list(enumerate(texts)))}
-    state.out.sort(key=lambda f: (order.get(f.where, 0), f.start))
-    return tuple(state.out[:_MAX_FINDINGS])
+        kept.append(t)
+    return kept
