@@ -486,7 +486,7 @@ _SCOPE_TOKEN = re.compile(r"[\x21\x23-\x5b\x5d-\x7e]+")
 
 
 class HttpAuth(_Frozen):
-    """`toolscore.http.auth`: the HTTP front as an OAuth 2.1 resource server (docs/security.md#oauth)."""
+    """`toolscore.http.auth`: the HTTP front as an OAuth 2.1 resource server (docs/security.md)."""
 
     issuer: str
     """The authorization server's issuer identifier, exactly as its tokens' `iss` spell it."""
@@ -542,7 +542,7 @@ class HttpSettings(_Frozen):
     tls_key: str | None = None
     """Its PEM private key (default: inside `tls_cert`)."""
     auth: HttpAuth | None = None
-    """Accept OAuth access tokens (JWTs) from this issuer instead of a token file (docs/security.md#oauth)."""
+    """OAuth access tokens (JWTs) from this issuer instead of a token file (docs/security.md#oauth-access-tokens)."""
 
     @field_validator("allowed_hosts")
     @classmethod
