@@ -20,6 +20,8 @@ import anyio
 import httpx2
 import mcp_types
 import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
 
 from tests.fixtures.fixture_server import build_server
 from toolscore import Config, Gateway, MemoryAuditSink, open_gateway, parse_config, testing
@@ -139,6 +141,17 @@ def loopback_http(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
         server.shutdown()
         server.server_close()
         thread.join(5)
+
+
+@asynccontextmanager
+async def http_client(url: str, token: str | None, mode: str) -> AsyncIterator[Client]:
+    """A real `mcp` client over streamable HTTP to `url`, sending `token` as its bearer (none: no header)."""
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    async with (
+        httpx2.AsyncClient(headers=headers, timeout=60) as http,
+        Client(streamable_http_client(url, http_client=http), mode=mode) as session,  # type: ignore[arg-type]
+    ):
+        yield session
 
 
 def start_http_gateway(config: Path, *, env: dict[str, str] | None = None) -> tuple[subprocess.Popen[bytes], str]:

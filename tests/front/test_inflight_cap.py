@@ -14,8 +14,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,13 +23,13 @@ import httpx2
 import mcp_types
 import pytest
 from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
 
 from tests.conftest import (
     FIXTURES,
     TOOLSCORE,
     fixture_entry,
     free_port,
+    http_client,
     make_config,
     running_gateway,
     text,
@@ -224,21 +223,12 @@ def http_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         proc.wait(timeout=15)
 
 
-@asynccontextmanager
-async def _client(url: str, token: str, mode: str) -> AsyncIterator[Client]:
-    async with (
-        httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60) as http,
-        Client(streamable_http_client(url, http_client=http), mode=mode) as session,  # type: ignore[arg-type]
-    ):
-        yield session
-
-
 @pytest.mark.parametrize("mode", ["legacy", "auto"])  # a handshake session; 2026-07-28 requests
 async def test_http_caps_each_session_or_principal_apart(http_url: str, mode: str) -> None:
     # Handshake era: alice's second session is another client. 2026-07-28: bob is; alice's
     # requests are one client however many connections carry them.
     other_token = ALICE if mode == "legacy" else BOB
-    async with _client(http_url, ALICE, mode) as busy, _client(http_url, other_token, mode) as other:
+    async with http_client(http_url, ALICE, mode) as busy, http_client(http_url, other_token, mode) as other:
         results: list[mcp_types.CallToolResult] = []
 
         async def ask(n: int) -> None:

@@ -8,18 +8,15 @@ were stored as "any connection's", so any client presenting the id read them the
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Iterator
 from pathlib import Path
 
-import httpx2
 import mcp_types
 import pytest
 import redis
 from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
 
-from tests.conftest import fixture_entry, start_http_gateway, text, write_config
+from tests.conftest import fixture_entry, http_client, start_http_gateway, text, write_config
 from tests.scaleout.conftest import Replica
 
 pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
@@ -58,15 +55,6 @@ def replicas(tmp_path_factory: pytest.TempPathFactory, redis_url: str) -> Iterat
     b.stop()
 
 
-@asynccontextmanager
-async def client(url: str, token: str, mode: str) -> AsyncIterator[Client]:
-    async with (
-        httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60) as http,
-        Client(streamable_http_client(url, http_client=http), mode=mode) as session,  # type: ignore[arg-type]
-    ):
-        yield session
-
-
 async def _orchestrate(session: Client, plan: str, episode: str | None = None) -> mcp_types.CallToolResult:
     arguments = {"plan": plan} if episode is None else {"plan": plan, "episode": episode}
     return await session.call_tool("orchestrate", arguments)
@@ -79,14 +67,14 @@ async def test_an_episode_id_from_one_principal_is_not_readable_by_another_on_th
     # auto: each request stands alone, only its token says whose episode it may read; legacy: a
     # session, whose caller on the other replica is a new connection of the same principal.
     a, b = replicas
-    async with client(a.url, ALICE, mode) as alice_on_a:
+    async with http_client(a.url, ALICE, mode) as alice_on_a:
         first = await _orchestrate(alice_on_a, SECRET_PLAN)
         assert first.structured_content is not None, text(first)
         episode = first.structured_content["episode"]
-        async with client(b.url, BOB, mode) as bob_on_b:  # the episode is live on a, in Redis for b
+        async with http_client(b.url, BOB, mode) as bob_on_b:  # the episode is live on a, in Redis for b
             stolen = await _orchestrate(bob_on_b, READ_PLAN, episode)
             assert stolen.is_error and "unknown or has expired" in text(stolen), text(stolen)
             assert "secret" not in text(stolen)
-        async with client(b.url, ALICE, mode) as alice_on_b:  # alice herself, on the other replica
+        async with http_client(b.url, ALICE, mode) as alice_on_b:  # alice herself, on the other replica
             own = await _orchestrate(alice_on_b, READ_PLAN, episode)
             assert "read: alice's secret" in text(own), text(own)

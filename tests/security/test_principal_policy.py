@@ -3,15 +3,11 @@ carries, in both eras; a plan is refused whole, before any step, for the princip
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Iterator
 
-import httpx2
 import pytest
-from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
 
-from tests.conftest import fixture_entry, http_gateway_process, text, write_config
+from tests.conftest import fixture_entry, http_client, http_gateway_process, text, write_config
 
 pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
 
@@ -43,18 +39,9 @@ def front(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield base + "/mcp"
 
 
-@asynccontextmanager
-async def client(url: str, token: str, mode: str) -> AsyncIterator[Client]:
-    async with (
-        httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60) as http,
-        Client(streamable_http_client(url, http_client=http), mode=mode) as session,  # type: ignore[arg-type]
-    ):
-        yield session
-
-
 @pytest.mark.parametrize("mode", ["auto", "legacy"])
 async def test_the_token_decides_whose_rules_apply_to_a_list_a_call_and_a_plan(front: str, mode: str) -> None:
-    async with client(front, ALICE, mode) as alice, client(front, BOB, mode) as bob:
+    async with http_client(front, ALICE, mode) as alice, http_client(front, BOB, mode) as bob:
         alice_sees = {t.name for t in (await alice.list_tools()).tools if t.name.startswith("fx__")}
         bob_sees = {t.name for t in (await bob.list_tools()).tools if t.name.startswith("fx__")}
         assert alice_sees == {"fx__echo"}, "each principal is shown what it may call"
@@ -71,7 +58,7 @@ async def test_the_token_decides_whose_rules_apply_to_a_list_a_call_and_a_plan(f
 
 async def test_a_principals_quota_counts_its_calls_in_both_eras_together(front: str) -> None:
     # The quota is alice's, whichever era or session her calls come in: the third in a minute is refused.
-    async with client(front, ALICE, "auto") as stateless, client(front, ALICE, "legacy") as session:
+    async with http_client(front, ALICE, "auto") as stateless, http_client(front, ALICE, "legacy") as session:
         answers = [await stateless.call_tool("fx__echo", {"text": "one"})]
         answers.append(await session.call_tool("fx__echo", {"text": "two"}))
         answers.append(await session.call_tool("fx__echo", {"text": "three"}))

@@ -12,8 +12,7 @@ import json
 import os
 import subprocess
 import time
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx2
@@ -22,7 +21,7 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from tests.conftest import TOOLSCORE, fixture_entry, free_port, text, wait_for
+from tests.conftest import TOOLSCORE, fixture_entry, free_port, http_client, text, wait_for
 from toolscore.errors import ConfigError
 from toolscore.front.http import SINGLE_PRINCIPAL, parse_token_file
 
@@ -109,18 +108,8 @@ def open_front(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     _stop(proc)
 
 
-@asynccontextmanager
-async def client(url: str, token: str | None, mode: str) -> AsyncIterator[Client]:
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    async with (
-        httpx2.AsyncClient(headers=headers, timeout=60) as http,
-        Client(streamable_http_client(url, http_client=http), mode=mode) as session,  # type: ignore[arg-type]
-    ):
-        yield session
-
-
 async def _count(url: str, token: str | None, mode: str, key: str) -> mcp_types.CallToolResult:
-    async with client(url, token, mode) as session:
+    async with http_client(url, token, mode) as session:
         return await session.call_tool("fx__counter", {"key": key})
 
 
@@ -138,7 +127,7 @@ async def test_two_principals_stateless_requests_get_instances_of_their_own(team
 
 @pytest.mark.anyio
 async def test_handshake_sessions_are_one_client_each_whoever_holds_the_token(team: str) -> None:
-    async with client(team, ALICE, "legacy") as one, client(team, ALICE, "legacy") as two:
+    async with http_client(team, ALICE, "legacy") as one, http_client(team, ALICE, "legacy") as two:
         assert text(await one.call_tool("fx__counter", {"key": "s"})) == "1"
         assert text(await one.call_tool("fx__counter", {"key": "s"})) == "2"
         assert text(await two.call_tool("fx__counter", {"key": "s"})) == "1"
@@ -149,14 +138,14 @@ async def test_an_anonymous_stateless_request_to_a_per_client_server_is_refused_
     refused = await _count(open_front, None, "auto", "k")
     assert refused.is_error
     assert "one instance per client" in text(refused) and "token file" in text(refused), text(refused)
-    async with client(open_front, None, "legacy") as session:  # a session is a client: it works
+    async with http_client(open_front, None, "legacy") as session:  # a session is a client: it works
         assert text(await session.call_tool("fx__counter", {"key": "k"})) == "1"
 
 
 @pytest.mark.anyio
 async def test_a_sessions_own_instance_stops_when_the_session_ends(open_front: str) -> None:
     """After `DELETE /mcp` (200) the session's instance ran on until the 10-minute idle limit."""
-    async with client(open_front, None, "legacy") as session:
+    async with http_client(open_front, None, "legacy") as session:
         pid = int(text(await session.call_tool("fx__pid", {})))
         assert Path(f"/proc/{pid}").exists()
     # The client closed its session (DELETE): the instance is stopped at the next reaping (5 s).
@@ -175,12 +164,12 @@ async def _orchestrate(session: Client, plan: str, episode: str | None = None) -
 @pytest.mark.anyio
 @pytest.mark.parametrize("mode", ["auto", "legacy"])
 async def test_another_principal_cannot_continue_an_episode_by_its_id(team: str, mode: str) -> None:
-    async with client(team, ALICE, mode) as alice:
+    async with http_client(team, ALICE, mode) as alice:
         first = await _orchestrate(alice, SECRET_PLAN)
         assert first.structured_content is not None, text(first)
         episode = first.structured_content["episode"]
         assert len(episode) >= 32  # 128 random bits, in hex
-        async with client(team, BOB, mode) as bob:
+        async with http_client(team, BOB, mode) as bob:
             stolen = await _orchestrate(bob, READ_PLAN, episode)
             assert stolen.is_error and "unknown or has expired" in text(stolen), text(stolen)
             assert "secret" not in text(stolen)
