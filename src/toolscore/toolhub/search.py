@@ -1,8 +1,10 @@
 """The catalog's search index behind `search_tools`: BM25F over a tool's fields; pure.
 
 Theory of operation. Each tool is a document of fields, each with a weight: its name (split on
-`_`, `-` and case), its title, the first sentence of its description, the whole description, its
-parameters' names and descriptions, its annotations, its capability tags and its server's name.
+`_`, `-` and case, stemmed and as written), its title, the first sentence of its description, the
+whole description, its parameters' names and descriptions, its annotations, its capability tags
+and its server's words (its name, and a prefix nearly all its tool names share), which count
+there only, not again in the other fields.
 BM25F folds a term's frequency in every field into one weighted frequency, each field normalised
 by its own average length, and saturates that once (k1), so a word repeated in the description
 cannot outweigh it in the name. The per-(term, tool) contribution does not depend on the query,
@@ -225,6 +227,9 @@ class SearchIndex:
     def __len__(self) -> int:
         return len(self._names)
 
+    def _knows(self, term: str) -> bool:
+        return term in self._postings or term in self._expanded
+
     def _matches(self, term: str) -> Mapping[int, float]:
         """Each tool's best match for `term`: the term itself, or one of its synonyms at a discount."""
         expanded = self._expanded.get(term)
@@ -234,8 +239,7 @@ class SearchIndex:
         """The `k` best tools for `query`, best first (no match: empty); `server`/`capability` narrow them."""
         scores: dict[int, float] = defaultdict(float)
         matched: list[tuple[str, Mapping[int, float]]] = []
-        known: Callable[[str], bool] = lambda t: t in self._postings or t in self._expanded  # noqa: E731
-        for term, word in _query(query, known)[: 2 * MAX_QUERY_WORDS]:  # each word: its stem and its form
+        for term, word in _query(query, self._knows)[: 2 * MAX_QUERY_WORDS]:  # each word: its stem and its form
             matches = self._matches(term)
             if matches:
                 matched.append((word, matches))
