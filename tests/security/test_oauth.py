@@ -137,6 +137,9 @@ async def test_a_valid_token_gives_its_subject_and_roles(issuer: Issuer, server:
         ({"aud": None}, "no aud claim"),
         ({"iss": "https://issuer.test/realms/other"}, "not from the configured issuer"),
         ({"exp": None}, "no exp claim"),
+        ({"exp": "9999999999"}, "exp claim is not a number"),
+        ({"exp": float("nan")}, "exp claim is not a number"),
+        ({"exp": True}, "exp claim is not a number"),
         ({"sub": None}, "names no subject"),
     ],
 )

@@ -20,6 +20,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import math
 import re
 import time
 from collections import OrderedDict
@@ -382,7 +383,7 @@ class ResourceServer:
         except (jwt.PyJWTError, ValueError, RecursionError):
             return _invalid("the token is malformed")
         exp = claims["exp"]
-        if not isinstance(exp, int | float) or isinstance(exp, bool):
+        if not isinstance(exp, int | float) or isinstance(exp, bool) or not math.isfinite(exp):
             return _invalid("the token's exp claim is not a number")
         if exp <= self._clock() - self.settings.leeway_seconds:
             return _invalid("the token has expired")
