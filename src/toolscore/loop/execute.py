@@ -24,7 +24,7 @@ from toolscore.config import PlanSettings, Shorthand
 from toolscore.errors import PlanCheckError, PlanProblem, PlanSyntaxError
 from toolscore.loop.limits import Budget
 from toolscore.plan.check import check_plan
-from toolscore.plan.nodes import Block, CheckedPlan
+from toolscore.plan.nodes import Block, CheckedPlan, PlanPolicy
 from toolscore.plan.parse import parse_turn
 from toolscore.plan.run import BlockOutcome, Episode, PlanRunner, StepRecord
 from toolscore.plan.transcript import render_plan_errors, render_results
@@ -45,7 +45,7 @@ class PlanContext:
     engine: ToolExecutionEngine
     limits: PlanSettings
     shorthands: Mapping[str, tuple[str, Shorthand]]
-    policy: Callable[[CheckedPlan, str | None], list[PlanProblem]] | None = None
+    policy: PlanPolicy | None = None
     max_argument_bytes: int | None = None
     limiters: dict[str, anyio.CapacityLimiter] = field(default_factory=dict)
 

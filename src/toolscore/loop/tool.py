@@ -24,11 +24,10 @@ import mcp_types
 
 from toolscore._engine import ToolExecutionEngine, error_result
 from toolscore.config import Config, ModelConfig, state_dir
-from toolscore.errors import PlanProblem
 from toolscore.loop.contract import system_prompt
 from toolscore.loop.limits import Limits, describe
 from toolscore.plan.blocks import shorthand_table
-from toolscore.plan.nodes import CheckedPlan
+from toolscore.plan.nodes import PlanPolicy
 from toolscore.plan.tool import EpisodeStore
 from toolscore.scope import CallScope
 from toolscore.state import EpisodeRecords
@@ -101,7 +100,7 @@ class Delegator:
         engine: ToolExecutionEngine,
         config: Config,
         contract: Callable[[], str],
-        policy: Callable[[CheckedPlan, str | None], list[PlanProblem]] | None = None,
+        policy: PlanPolicy | None = None,
         refusal: str | None = None,
         plan_episodes: EpisodeStore | None = None,
         records: EpisodeRecords | None = None,
@@ -129,7 +128,7 @@ class Delegator:
         self,
         config: Config,
         *,
-        policy: Callable[[CheckedPlan, str | None], list[PlanProblem]] | None,
+        policy: PlanPolicy | None,
         refusal: str | None,
     ) -> None:
         """Tasks started from now on follow `config` and `policy` (a live reload); the loop's own

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -26,11 +26,15 @@ __all__ = [
     "CheckedStep",
     "Node",
     "ParsedTurn",
+    "PlanPolicy",
     "Status",
 ]
 
 Status = Literal["ok", "error", "timeout", "cancelled", "skipped", "ref_error"]
 """How a step or a block ended."""
+
+PlanPolicy = Callable[["CheckedPlan", "str | None"], "list[PlanProblem]"]
+"""What policy says of a whole checked plan for its caller, before any step runs (`Policy.plan_problems`)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,6 @@ import secrets
 import time
 import uuid
 from collections import Counter, OrderedDict
-from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -23,7 +22,7 @@ from toolscore.audit.sinks import AuditRecord, AuditSink
 from toolscore.config import Config
 from toolscore.errors import PlanCheckError, PlanProblem, PlanSyntaxError
 from toolscore.plan.blocks import SPECS, shorthand_table
-from toolscore.plan.nodes import CheckedBlock, CheckedCapability, CheckedNode, CheckedPlan, ParsedTurn
+from toolscore.plan.nodes import CheckedBlock, CheckedCapability, CheckedNode, CheckedPlan, ParsedTurn, PlanPolicy
 from toolscore.scope import CallScope
 from toolscore.telemetry import tracing
 from toolscore.types import ProgressFn, ToolSource
@@ -152,7 +151,7 @@ class Orchestrator:
         engine: ToolExecutionEngine,
         config: Config,
         audit: AuditSink,
-        policy: Callable[[CheckedPlan, str | None], list[PlanProblem]] | None = None,
+        policy: PlanPolicy | None = None,
         refusal: str | None = None,
     ) -> None:
         """Args:
@@ -175,7 +174,7 @@ class Orchestrator:
         self,
         config: Config,
         *,
-        policy: Callable[[CheckedPlan, str | None], list[PlanProblem]] | None,
+        policy: PlanPolicy | None,
         refusal: str | None,
     ) -> None:
         """Plans checked from now on follow `config` and `policy` (a live reload); a plan running
