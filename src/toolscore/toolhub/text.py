@@ -53,7 +53,10 @@ def _has_vowel(text: str) -> bool:
     return any(c in _VOWELS for c in text)
 
 
-@functools.lru_cache(maxsize=65536)  # a catalog repeats its words: each is stemmed once
+_MAX_STEMMED = 40
+"""Longer "words" are left as they are (no English word is), which also bounds the memo below."""
+
+
 def stem(word: str) -> str:
     """A small suffix stripper for lower-case words: `searches`, `searching`, `searched` -> `search`.
 
@@ -62,6 +65,11 @@ def stem(word: str) -> str:
     and finally a trailing `e`, so `save`, `saves`, `saved` and `saving` all end as `sav`.
     Words of three letters or fewer, and anything not plain ASCII letters, are left alone.
     """
+    return word if len(word) > _MAX_STEMMED else _stem(word)
+
+
+@functools.lru_cache(maxsize=65536)  # a catalog repeats its words: each is stemmed once
+def _stem(word: str) -> str:
     if len(word) <= 3 or not word.isascii() or not word.isalpha():
         return word
     if word.endswith("sses"):
