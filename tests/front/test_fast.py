@@ -231,7 +231,7 @@ async def test_progress_reaches_the_client_before_the_answer(tmp_path: Path, lau
 async def test_a_cancelled_call_gets_no_answer_and_is_cancelled_downstream(tmp_path: Path, launch: Launch) -> None:
     async with launch(corpus_config(tmp_path)) as client:
         await client.start(1, "c__sleep", {"seconds": 30})
-        await anyio.sleep(0.5)
+        await appears(tmp_path / "cancelled.log.sleeping")  # the call is at the server
         await client.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1}})
         line = await client.call(2, "c__case", {"name": "text"})  # the next call is answered; 1 never is
         assert result_bytes(line, 2) == CASES["text"]
@@ -288,8 +288,8 @@ async def test_a_server_killed_mid_call_gives_that_call_an_error(tmp_path: Path)
     servers = {"fx": {"command": sys.executable, "args": [FIXTURE_SERVER], "env": {"FIXTURE_STATE_DIR": str(tmp_path)}}}
     async with gateway(write_config(tmp_path, servers)) as client:
         pid = json.loads(await client.call(1, "fx__pid", {}))["result"]["content"][0]["text"]
-        await client.start(2, "fx__sleep", {"seconds": 30})
-        await anyio.sleep(0.5)
+        await client.start(2, "fx__sleep", {"seconds": 600, "tag": "mid"})
+        await appears(tmp_path / "sleeping-mid")  # the call is at the server
         os.kill(int(pid), signal.SIGKILL)
         answer = json.loads(await client.answer(2))["result"]
     assert answer["isError"] is True and "closed the connection" in answer["content"][0]["text"]
