@@ -547,6 +547,19 @@ def test_a_json_list_of_calls_is_a_plan_as_nestful_writes_it() -> None:
     ]
 
 
+def test_an_id_spelt_as_another_step_is_refused() -> None:
+    # `${step1}` and `{{step1.output}}` are step 1: an id "step1" on step 2 would hand them step 1's data.
+    assert refused('<search>x</search><search id="step1">y</search><search>x {{step1.text}}</search>') == [
+        ("bad_id", "id 'step1' reads as step 1 in references, but this is step 2: choose another id")
+    ]
+    assert refused('<parallel id="result_of_step_1"><search>x</search></parallel>') == [
+        ("bad_id", "id 'result_of_step_1' reads as step 1 in references, but this is a <parallel>: choose another id")
+    ]
+    assert prepare('<search id="step1">x</search><search>x {{step1.text}}</search>').calls[1].arguments == {
+        "pattern": "x ${step1.text}"
+    }
+
+
 def test_nestful_labels_name_calls() -> None:
     plan = prepare(
         '<tool_call>{"name": "search__find_files", "label": "$var_1", "arguments": {"pattern": "x"}}</tool_call>'

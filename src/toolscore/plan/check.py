@@ -78,6 +78,8 @@ _BESIDE = "a " + either(f"<{kind}>" for kind, spec in SPECS.items() if spec.chil
 """Where siblings may not reference each other: `a <parallel>, <race> or <fallback>`."""
 
 
+_STEP_ID = re.compile(r"(?:step|result_of_step_)(\d{1,15})$")
+"""An id that references read as a step number (`${step2}` is step 2)."""
 _EVIDENCE_ID = re.compile(r"E\d{1,15}$")
 """An id like ReWOO's evidence names (`E2`): then `#E2` names ids, not positions."""
 _MAX_HINTS = 16
@@ -184,9 +186,20 @@ class _Checker:
             self.paths[node.step] = path
         ident = node.id
         if ident is not None:
+            numbered = _STEP_ID.match(ident)
             if ident in self.ids or ident in self.earlier_ids:
                 self.problem(
                     "duplicate_id", f"id '{ident}' is used twice; ids are unique per episode: rename one", node
+                )
+            elif numbered and (not isinstance(node, CallNode) or int(numbered.group(1)) != node.step):
+                # `${step2}` is step 2: an id spelt so, on another step, would hand its references
+                # step 2's data (a model numbering from 0, or from 1 in a later turn).
+                this = f"step {node.step}" if isinstance(node, CallNode) else f"a <{node.kind}>"
+                self.problem(
+                    "bad_id",
+                    f"id '{ident}' reads as step {int(numbered.group(1))} in references, but this is {this}: "
+                    "choose another id",
+                    node,
                 )
             else:
                 self.ids[ident] = node.step if isinstance(node, CallNode) else node
