@@ -617,3 +617,44 @@ async def test_a_real_client_calls_a_tool_with_an_access_token_and_is_refused_wi
         ):
             await client.call_tool("fx__echo", {"text": "hi"})
     assert refusal.group_contains(MCPError)
+
+
+def _access_token(url: str, subject: str, **extra: Any) -> str:
+    now = int(time.time())
+    claims = {"iss": ISSUER, "aud": url, "sub": subject, "exp": now + 300, "scope": "mcp:tools", **extra}
+    return jwt.encode(claims, _RSA["k1"], algorithm="RS256", headers={"kid": "k1"})
+
+
+@pytest.mark.e2e
+@pytest.mark.anyio
+async def test_a_session_opened_with_one_subjects_access_token_refuses_another_subjects(
+    oauth_gateway: tuple[str, Issuer],
+) -> None:
+    url, _ = oauth_gateway
+    opened: list[str] = []
+
+    async def note(response: httpx2.Response) -> None:
+        if "mcp-session-id" in response.headers:
+            opened.append(response.headers["mcp-session-id"])
+
+    alice_token = _access_token(url, "alice")
+    async with (
+        httpx2.AsyncClient(
+            headers={"Authorization": f"Bearer {alice_token}"}, timeout=60, event_hooks={"response": [note]}
+        ) as http,
+        Client(streamable_http_client(url, http_client=http), mode="legacy") as alice,  # type: ignore[arg-type]
+    ):
+        assert text(await alice.call_tool("fx__echo", {"text": "mine"})) == "mine"
+        headers = {
+            "Mcp-Session-Id": opened[0],
+            "Mcp-Protocol-Version": "2025-11-25",
+            "Accept": "application/json, text/event-stream",
+        }
+        call = {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "fx__echo", "arguments": {}}}
+        async with httpx2.AsyncClient(timeout=60) as bob:
+            bearer = {"Authorization": f"Bearer {_access_token(url, 'bob')}"}
+            stolen = await bob.post(url, json=call, headers={**headers, **bearer})
+            assert stolen.status_code == 404 and "Session not found" in stolen.text, stolen.text
+            # A fresh token of alice's own (a refresh) keeps her session.
+            renewed = {"Authorization": f"Bearer {_access_token(url, 'alice', jti='renewed')}"}
+            assert (await bob.post(url, json=call, headers={**headers, **renewed})).status_code == 200
