@@ -152,6 +152,18 @@ def _parser() -> argparse.ArgumentParser:
     tail.add_argument("--file", type=Path, help="the audit file (default: from the config)")
     stats.add_argument("--trajectories", type=Path, help="the agent loop's trajectory file (default: from the config)")
 
+    pins = sub.add_parser("pins", parents=[common], help='pinned tool definitions (servers with "pinning" on)')
+    pins_sub = pins.add_subparsers(dest="pins_command", required=True)
+    for name, what in (
+        ("list", "the pins, and which changed since"),
+        ("diff", "what changed in a held definition"),
+        ("approve", "make the changed definitions the pins"),
+        ("reset", "forget pins: the next definition seen is pinned"),
+    ):
+        pins_sub.add_parser(name, parents=[common], help=what).add_argument(
+            "selector", nargs="?", help="SERVER or SERVER/TOOL (default: all)"
+        )
+
     trajectories = sub.add_parser("trajectories", parents=[common], help="the agent loop's (S, A, O) records")
     traj_sub = trajectories.add_subparsers(dest="trajectories_command", required=True)
     export = traj_sub.add_parser("export", parents=[common], help="finished episodes as training conversations")
@@ -635,7 +647,48 @@ def _configure_logging(args: argparse.Namespace) -> None:
         _quiet_start_up()
 
 
+def _pins(args: argparse.Namespace) -> int:
+    """`pins list|diff|approve|reset [SERVER[/TOOL]]` on `<state dir>/pins.json`."""
+    from toolscore.config import state_dir
+    from toolscore.trust.pins import PinBook
+
+    try:
+        book = PinBook(state_dir() / "pins.json")
+    except ConfigError as exc:
+        print(f"toolscore: error: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    selector = args.selector
+    if args.pins_command == "list":
+        for key in book.select(selector):
+            pin, waiting = book.pinned[key], book.pending.get(key)
+            changed = f"  CHANGED to {waiting.digest} at {waiting.seen}" if waiting is not None else ""
+            print(f"{key}  {pin.digest}  pinned {pin.seen}{changed}")
+        return 0
+    if args.pins_command == "diff":
+        keys = book.select(selector, pending=True)
+        for key in keys:
+            print(book.diff(key))
+        if not keys:
+            print(f"toolscore: nothing changed since pinned{' in ' + selector if selector else ''}", file=sys.stderr)
+        return 0
+    keys = book.approve(selector) if args.pins_command == "approve" else book.reset(selector)
+    if not keys:
+        print(f"toolscore: no pin to {args.pins_command}{' in ' + selector if selector else ''}", file=sys.stderr)
+        return 1
+    try:
+        book.save()
+    except OSError as exc:
+        print(f"toolscore: error: cannot write {book.path}: {exc}", file=sys.stderr)
+        return 1
+    done = "approved" if args.pins_command == "approve" else "reset"
+    print("\n".join(f"{done} {key}" for key in keys))
+    print("a running gateway takes it at its next list change or restart")
+    return 0
+
+
 def _command(args: argparse.Namespace) -> int:
+    if args.command == "pins":  # the state directory's file; servers.json need not exist
+        return _pins(args)
     if args.command in CLIENT_COMMANDS:  # they read the clients' files; servers.json may not exist yet
         from toolscore.clients.commands import run
 

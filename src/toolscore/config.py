@@ -353,6 +353,9 @@ class ServerConfig(BaseModel):
     poisoning_approved: tuple[str, ...] = ()
     """Tools listed despite their findings: `name@digest` (that definition only, the digest `check
     --json` shows) or a downstream tool name glob (whatever its definition becomes)."""
+    pinning: Literal["off", "warn", "enforce"] = "off"
+    """Pin each tool's first definition seen (`<state dir>/pins.json`, docs/security.md): `warn` logs a
+    changed one and lists it; `enforce` holds it (not routed) until `toolscore pins approve`."""
 
     @property
     def shorthands(self) -> tuple[Shorthand, ...]:

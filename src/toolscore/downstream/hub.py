@@ -22,7 +22,7 @@ import structlog
 from anyio.abc import TaskGroup
 from mcp.server import Server
 
-from toolscore.config import Config, ServerConfig
+from toolscore.config import Config, ServerConfig, state_dir
 from toolscore.downstream.backchannel import Peer
 from toolscore.downstream.breaker import Verdict
 from toolscore.downstream.catalog import Catalog, build_catalog
@@ -31,8 +31,9 @@ from toolscore.downstream.raw import RawResult
 from toolscore.downstream.registry import Registry, Route, build_registry
 from toolscore.downstream.tasks import call_as_task, runs_as_task
 from toolscore.downstream.transports import MemoryTransport, Transport, transport_for
-from toolscore.errors import DownstreamUnavailable, Rejected, UsageError
+from toolscore.errors import ConfigError, DownstreamUnavailable, Rejected, UsageError
 from toolscore.scope import CallScope
+from toolscore.trust.pins import PinBook
 from toolscore.types import ANONYMOUS_CALLER, Arguments, ProgressFn
 
 __all__ = ["ConfigChanges", "DownstreamHub", "open_hub"]
@@ -117,6 +118,8 @@ class DownstreamHub:
         self.config = config
         self._hide = hide
         self.registry: Registry = build_registry({}, config)  # no tools yet, but every prefix
+        pinning = any(server.pinning != "off" for server in config.servers.values())
+        self._pins = PinBook(state_dir() / "pins.json") if pinning else None
         self.catalog: Catalog = Catalog()
         self._catalog_listeners: list[CatalogListener] = []
         self._update_listeners: list[UpdateListener] = []
@@ -454,7 +457,19 @@ class DownstreamHub:
         # Connection state, not `unavailable_reason`: an open breaker keeps the tools listed.
         known = [d for d in self.downstreams.values() if d.state is ServerState.UP or d.connects > 0]
         down = {d.name for d in known if d.state is not ServerState.UP}
-        registry = build_registry({d.name: d.tools for d in known}, self.config, down=down, hide=self._hide)
+        if self._pins is not None:
+            try:
+                self._pins.refresh()  # a `pins approve` from the command line since
+            except ConfigError as exc:
+                log.error("pins not read again; the ones in memory stay", error=str(exc))
+        registry = build_registry(
+            {d.name: d.tools for d in known}, self.config, down=down, hide=self._hide, pins=self._pins
+        )
+        if self._pins is not None:
+            try:
+                self._pins.save()
+            except OSError as exc:
+                log.error("pins not saved", path=str(self._pins.path), error=str(exc))
         warned = self._problems  # each problem is logged once, not at every rebuild it lasts
         for problem in registry.problems:
             if problem not in warned:

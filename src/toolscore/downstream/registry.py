@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import jsonschema.exceptions
 import mcp_types
@@ -27,7 +27,16 @@ from toolscore.downstream.schema_check import Check, compile_check
 from toolscore.trust.poison import Finding, scan
 from toolscore.trust.verdict import Suspect, flagged, screen
 
-__all__ = ["Registry", "Route", "build_registry"]
+__all__ = ["PinJudge", "Registry", "Route", "build_registry"]
+
+
+class PinJudge(Protocol):
+    """Pinned definitions (`trust/pins.py`): whether one is new, the pinned one, or changed."""
+
+    def judge(self, server: str, tool: str, definition: dict[str, Any]) -> tuple[str, str]:
+        """`new`, `same` or `changed`, and the definition's digest (a first sight or a change is recorded)."""
+        ...
+
 
 # Results are re-validated per negotiated version by the SDK: one tool that fails there would
 # fail the whole tools/list, so every tool is checked against both protocol eras up front.
@@ -260,6 +269,7 @@ def build_registry(
     *,
     down: Collection[str] = (),
     hide: Callable[[Route], bool] | None = None,
+    pins: PinJudge | None = None,
 ) -> Registry:
     """Index the tools of every connected server.
 
@@ -269,6 +279,8 @@ def build_registry(
         down: Servers of `server_tools` that are down: their tools (as last listed) are routed,
             so a call can be told the server is restarting, but not listed or counted as connected.
         hide: Tools the policy refuses whatever their arguments: routed (a call is told why), not listed.
+        pins: The pinned definitions, for servers with `pinning` on: a changed one is reported, and
+            under `enforce` not routed.
 
     Returns:
         The index. Collisions keep the first server in config order (a connected server before a
@@ -309,8 +321,19 @@ def build_registry(
             if (problem := _schema_problem(exposed_tool, dump, key)) is not None:
                 report(f"server '{server}' tool '{tool.name}' skipped: {problem}")
                 continue
+            definition = {**dump["tools"][0], "name": tool.name}
+            if pins is not None and cfg.pinning != "off" and server not in resting:
+                judgement, _ = pins.judge(server, tool.name, definition)
+                if judgement == "changed":
+                    held = cfg.pinning == "enforce"
+                    report(
+                        f"server '{server}' tool '{tool.name}' changed since it was pinned"
+                        + (f"; held until `toolscore pins approve {server}/{tool.name}`" if held else "; listed")
+                        + f" (`toolscore pins diff {server}/{tool.name}` shows what changed)"
+                    )
+                    if held:
+                        continue
             if cfg.poisoning != "off":
-                definition = {**dump["tools"][0], "name": tool.name}
                 findings = _scanned(tool, definition, key, others)
                 suspect = screen(
                     "tool", server, tool.name, name, definition, mode=cfg.poisoning,

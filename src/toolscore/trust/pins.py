@@ -1,0 +1,195 @@
+"""Pinned tool definitions: the first definition seen of each tool, and any change held for approval.
+
+A pin is keyed by `server/tool` with the *downstream* tool name, so `tools.rename` (or a changed
+prefix) never unpins a tool; its digest covers the whole definition as the server sent it
+(description, input and output schema, annotations, title, `_meta`). Pins live in a JSON file in
+the state directory (`pins.json`, mode 600), so they survive restarts. A changed definition is
+kept as *pending* beside its pin until `toolscore pins approve` makes it the pin, or `reset`
+forgets both.
+
+`PinBook` holds the file's content in memory: the registry judges definitions against it (no
+I/O), and the hub saves it after a rebuild when something was first seen or changed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import json
+import os
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+from toolscore.errors import ConfigError
+from toolscore.trust.verdict import digest_of
+
+__all__ = ["PinBook", "definition_diff"]
+
+Judgement = Literal["new", "same", "changed"]
+
+
+@dataclass(frozen=True, slots=True)
+class Pin:
+    """One definition and when it was first seen."""
+
+    digest: str
+    definition: dict[str, Any]
+    seen: str
+
+    def as_dict(self) -> dict[str, Any]:
+        """As the file stores it."""
+        return {"digest": self.digest, "seen": self.seen, "definition": self.definition}
+
+
+class PinBook:
+    """The pins of one state directory (or one file), in memory, saved on demand."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self.pinned: dict[str, Pin] = {}
+        self.pending: dict[str, Pin] = {}
+        self._dirty = False
+        self._stamp: tuple[int, int] | None = None
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Read the file again if it changed since (a `pins approve` from the command line).
+
+        Raises:
+            ConfigError: The file is not a pin file.
+        """
+        try:
+            stat = self.path.stat()
+        except FileNotFoundError:
+            return
+        stamp = (stat.st_mtime_ns, stat.st_size)
+        if stamp == self._stamp:
+            return
+        try:
+            data = json.loads(self.path.read_bytes())
+            self.pinned = {k: _pin(v) for k, v in data.get("pinned", {}).items()}
+            self.pending = {k: _pin(v) for k, v in data.get("pending", {}).items()}
+        except (ValueError, TypeError, AttributeError, KeyError) as exc:
+            raise ConfigError(f"{self.path}: not a pin file ({exc}); move it aside to pin afresh") from None
+        self._stamp = stamp
+
+    def judge(self, server: str, tool: str, definition: dict[str, Any]) -> tuple[Judgement, str]:
+        """Whether this definition is the pinned one, recording a first sight or a change (in memory).
+
+        Returns:
+            The judgement and the definition's digest.
+        """
+        key = f"{server}/{tool}"
+        digest = digest_of(definition)
+        pin = self.pinned.get(key)
+        if pin is None:
+            self.pinned[key] = Pin(digest, definition, _now())
+            self._dirty = True
+            return "new", digest
+        if pin.digest == digest:
+            if self.pending.pop(key, None) is not None:  # changed back: nothing to approve any more
+                self._dirty = True
+            return "same", digest
+        if (waiting := self.pending.get(key)) is None or waiting.digest != digest:
+            self.pending[key] = Pin(digest, definition, _now())
+            self._dirty = True
+        return "changed", digest
+
+    def diff(self, key: str) -> str:
+        """What changed between the pin and the pending definition of `server/tool`."""
+        pin, pending = self.pinned.get(key), self.pending.get(key)
+        if pin is None or pending is None:
+            return ""
+        return definition_diff(pin.definition, pending.definition, key)
+
+    def select(self, selector: str | None, *, pending: bool = False) -> list[str]:
+        """The keys `SERVER` or `SERVER/TOOL` names (all for None), sorted."""
+        keys = self.pending if pending else self.pinned
+        return sorted(k for k in keys if selector is None or k == selector or k.startswith(f"{selector}/"))
+
+    def approve(self, selector: str | None) -> list[str]:
+        """Make each selected pending definition the pin; the keys approved."""
+        keys = self.select(selector, pending=True)
+        for key in keys:
+            self.pinned[key] = self.pending.pop(key)
+        self._dirty = self._dirty or bool(keys)
+        return keys
+
+    def reset(self, selector: str | None) -> list[str]:
+        """Forget the selected pins (and what was pending for them): the next definition seen is pinned."""
+        keys = sorted(set(self.select(selector)) | set(self.select(selector, pending=True)))
+        for key in keys:
+            self.pinned.pop(key, None)
+            self.pending.pop(key, None)
+        self._dirty = self._dirty or bool(keys)
+        return keys
+
+    def save(self) -> None:
+        """Write the file if anything changed (atomically: a temporary file renamed over it, mode 600)."""
+        if not self._dirty:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        body = {
+            "pinned": {k: p.as_dict() for k, p in sorted(self.pinned.items())},
+            "pending": {k: p.as_dict() for k, p in sorted(self.pending.items())},
+        }
+        temporary = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                json.dump(body, fh, indent=1, sort_keys=True)
+            os.replace(temporary, self.path)
+        except OSError:
+            with contextlib.suppress(OSError):
+                temporary.unlink()
+            raise
+        stat = self.path.stat()
+        self._stamp = (stat.st_mtime_ns, stat.st_size)
+        self._dirty = False
+
+
+def _pin(value: Any) -> Pin:
+    return Pin(str(value["digest"]), dict(value["definition"]), str(value.get("seen", "")))
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def definition_diff(old: Mapping[str, Any], new: Mapping[str, Any], label: str = "") -> str:
+    """A person's view of a changed definition: a unified diff of the description, the schema
+    paths added and removed, and every other field that changed."""
+    lines: list[str] = []
+    before, after = str(old.get("description") or ""), str(new.get("description") or "")
+    if before != after:
+        lines.extend(
+            difflib.unified_diff(
+                before.splitlines(), after.splitlines(), f"{label} description (pinned)", f"{label} description (now)",
+                lineterm="",
+            )
+        )  # fmt: skip
+    for key in ("inputSchema", "outputSchema"):
+        was, now = set(_paths(old.get(key))), set(_paths(new.get(key)))
+        lines.extend(f"+ {key}{path}" for path in sorted(now - was))
+        lines.extend(f"- {key}{path}" for path in sorted(was - now))
+    for key in sorted((set(old) | set(new)) - {"description", "inputSchema", "outputSchema"}):
+        if old.get(key) != new.get(key):
+            lines.append(f"~ {key}: {json.dumps(old.get(key))[:200]} -> {json.dumps(new.get(key))[:200]}")
+    return "\n".join(lines)
+
+
+def _paths(node: Any, at: str = "", depth: int = 0) -> Iterator[str]:
+    """Every path in a schema, with its leaf value (`.properties.x.type = "string"`), 32 deep at most."""
+    if depth > 32:
+        return
+    if isinstance(node, dict):
+        for key, value in node.items():
+            yield from _paths(value, f"{at}.{key}", depth + 1)
+    elif isinstance(node, list):
+        for n, value in enumerate(node):
+            yield from _paths(value, f"{at}[{n}]", depth + 1)
+    else:
+        yield f"{at} = {json.dumps(node)[:120]}"
