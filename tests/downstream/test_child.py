@@ -38,11 +38,11 @@ async def test_a_killed_server_fails_its_call_others_keep_working_and_it_comes_b
         outcome: list[mcp_types.CallToolResult] = []
 
         async def slow_call() -> None:
-            outcome.append(await client.call_tool("a__sleep", {"seconds": 30}))
+            outcome.append(await client.call_tool("a__sleep", {"seconds": 600, "tag": "slow"}))
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(slow_call)
-            await anyio.sleep(0.3)
+            await wait_for((tmp_path / "a" / "sleeping-slow").exists)  # the call is at the server
             os.kill(pid, signal.SIGKILL)
         assert outcome[0].is_error
         assert "closed the connection during the call" in text(outcome[0])
@@ -138,7 +138,7 @@ async def test_the_restart_delay_starts_over_after_backoff_reset_seconds_up(
         for connects in range(2, 2 + len(delays)):
             await anyio.sleep(0.3)  # up longer than 0.2 s, far less than the default 10 s
             assert (await client.call_tool("fx__crash", {})).is_error
-            await wait_for(lambda n=connects: fx.connects == n, 15)
+            await wait_for(lambda n=connects: fx.connects == n)
             seen.append(fx.retry_delay)
         assert seen == delays
 
