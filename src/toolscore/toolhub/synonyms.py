@@ -18,7 +18,7 @@ __all__ = ["GROUPS", "related", "stems"]
 
 GROUPS: tuple[tuple[str, ...], ...] = (
     # verbs
-    ("read", "open", "show", "view", "display", "retrieve", "load", "cat", "inspect"),
+    ("read", "open", "show", "view", "display", "retrieve", "load", "cat", "inspect", "get"),
     ("write", "save", "store", "persist", "put"),
     ("create", "new", "make", "add", "generate", "init", "initialize", "register"),
     ("update", "edit", "modify", "change", "set", "patch", "alter", "rename"),

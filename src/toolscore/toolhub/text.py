@@ -40,12 +40,13 @@ _STOPWORDS_TEXT = (
     "what which who whom whose how when where why "
     "can could would should will shall may might must "
     "please some any all each every other another such so than then too very just also "
-    "want need like get via using use"
+    "want need like via using use"
 )
 STOPWORDS = frozenset(_STOPWORDS_TEXT.split())
 """Words that say nothing about which tool is meant; dropped from queries and documents alike.
 
-`get` is here on purpose: nearly every tool name starts with it, so it only adds noise.
+Common tool verbs (`get`, `list`) are not: how common they are in a catalog is for the index's
+inverse document frequency to weigh, and `get hotel` should find `get_hotel` before `list_hotels`.
 """
 
 
