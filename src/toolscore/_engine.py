@@ -50,6 +50,7 @@ from toolscore.errors import (
     ToolscoreError,
 )
 from toolscore.scope import NO_CLIENT, CallScope
+from toolscore.spill import ResultStore, owner_of_caller, preview
 from toolscore.telemetry import tracing
 from toolscore.types import Arguments, CallDownstream, ProgressFn, ToolSource
 
@@ -111,6 +112,11 @@ class ExecutionContext:
     """Whether the result may stay the bytes the server wrote (`raw`), for the client's version."""
     raw: RawResult | None = field(default=None, repr=False)
     """The server's result as it wrote it; `result` is then a stand-in carrying only `isError`."""
+    spill: bool = False
+    """Whether a result over its server's `spill_bytes` is kept by the gateway and previewed
+    (`toolscore.spill`): a client's passthrough call that did not ask for whole results."""
+    spilled: str | None = None
+    """Where the whole result was kept, when it was (`toolscore://results/<id>`)."""
     route: Route | None = None
     phase: ExecutionPhase = ExecutionPhase.PRE_VALIDATION
     started: float = field(default_factory=time.perf_counter)
@@ -265,6 +271,8 @@ class EngineSettings:
     """Audit argument values, not just their names."""
     max_calls_in_flight: int | None = None
     """Front calls one caller may have in flight (None: no limit)."""
+    spill_bytes: Mapping[str, int] = field(default_factory=dict)
+    """Per server, the result size over which a passthrough result is kept and previewed."""
 
     @classmethod
     def from_config(cls, config: Config) -> EngineSettings:
@@ -277,6 +285,11 @@ class EngineSettings:
             slow_call_seconds=settings.slow_call_seconds,
             include_arguments=settings.audit.include_arguments,
             max_calls_in_flight=settings.max_calls_in_flight,
+            spill_bytes={
+                s.name: limit
+                for s in config.servers.values()
+                if (limit := s.spill_bytes if s.spill_bytes is not None else settings.spill_bytes) is not None
+            },
         )
 
 
@@ -314,6 +327,7 @@ class ToolExecutionEngine:
         wrap_hooks: Sequence[WrapHook] = (),
         post_hooks: Sequence[PostExecutionHook] = (),
         redact: Callable[[str], str] | None = None,
+        results: ResultStore | None = None,
     ) -> None:
         """Args:
         tools: What the engine knows of the downstream servers (the registry, who is up).
@@ -326,7 +340,9 @@ class ToolExecutionEngine:
         post_hooks: Hooks over the result (phase 4), in order.
         redact: Applied to the gateway's own error texts before a client sees them (they may quote
             a server's stderr); results are redacted by the post hooks.
+        results: Keeps the results over their server's `spill_bytes` (None: every result goes whole).
         """
+        self._results = results
         self._tools = tools
         self._call = call
         self._audit = audit
@@ -381,6 +397,7 @@ class ToolExecutionEngine:
         invoke: Invoke | None = None,
         keep_bytes: bool = False,
         scope: CallScope | None = None,
+        spill: bool = False,
     ) -> CallOutcome:
         """Run one call; never raises for anything a model could cause.
 
@@ -401,6 +418,7 @@ class ToolExecutionEngine:
                 hook needs to read it and they mean the same to the client (`scope.version`).
             scope: The front request's scope (its client's back-channel); by default one with
                 `session_id` as its caller and no client to ask.
+            spill: A result over its server's `spill_bytes` is kept and previewed (`ExecutionContext.spill`).
 
         Returns:
             The result (an error result on failure) and the finished context.
@@ -417,6 +435,7 @@ class ToolExecutionEngine:
             invoke=invoke,
             route=route,
             keep_bytes=keep_bytes and self.keeps_raw_results,
+            spill=spill,
             scope=scope if scope is not None else NO_CLIENT if session_id is None else CallScope(session_id),
         )
         caller = session_id if plan_id is None else None  # a plan's steps are its one call's
@@ -496,9 +515,38 @@ class ToolExecutionEngine:
             ctx.error = ToolscoreError(f"internal error: {type(exc).__name__}")
             self._finish(ctx)
             raise
+        if ctx.spill:
+            self._spill(ctx)
         self._finish(ctx)
         assert ctx.result is not None
         return CallOutcome(ctx.result, ctx)
+
+    def _spill(self, ctx: ExecutionContext) -> None:
+        """Keep a result over its server's `spill_bytes` and answer with its preview (`toolscore.spill`)."""
+        results, route, result = self._results, ctx.route, ctx.result
+        if results is None or route is None or result is None or ctx.error is not None:
+            return
+        limit = self._settings.spill_bytes.get(route.server)
+        if limit is None:
+            return
+        raw = ctx.raw
+        size = len(raw.data) if raw is not None else None
+        if size is not None and size <= limit:
+            return  # the common case: measured on the bytes, nothing decoded
+        model = raw.model() if raw is not None else result
+        body = (
+            raw.data.decode("utf-8", "replace")
+            if raw is not None
+            else model.model_dump_json(by_alias=True, exclude_none=True)
+        )
+        size = len(body.encode()) if size is None else size
+        if size <= limit:
+            return
+        uri = results.put(owner_of_caller(ctx.scope.caller or ctx.session_id), body)
+        if uri is None:
+            return  # over the store's whole cap: it goes as it is
+        ctx.raw, ctx.spilled = None, uri
+        ctx.result = preview(model, uri, size)
 
     def begin_sent(
         self,
@@ -509,6 +557,7 @@ class ToolExecutionEngine:
         request_id: str | int,
         session_id: str,
         scope: CallScope | None = None,
+        spill: bool = False,
     ) -> ExecutionContext | None:
         """Phases 1 and 2 of a call its caller sends and waits for itself (the front's express lane).
 
@@ -530,6 +579,7 @@ class ToolExecutionEngine:
             session_id=session_id,
             route=route,
             keep_bytes=True,
+            spill=spill,
             scope=scope if scope is not None else CallScope(session_id),
         )
         self._estimate(ctx)
@@ -558,6 +608,8 @@ class ToolExecutionEngine:
             ctx.phase = ExecutionPhase.POST_EXECUTION
             self._account(ctx, outcome)
             ctx.result = outcome
+            if ctx.spill:
+                self._spill(ctx)
         self._finish(ctx)
         return CallOutcome(ctx.result, ctx)
 
@@ -661,6 +713,8 @@ class ToolExecutionEngine:
         registry = self._tools.registry
         route = ctx.route or registry.get(ctx.tool)
         if route is None:
+            if (held := registry.held.get(ctx.tool)) is not None:  # quarantined or changed since pinned
+                raise Rejected(held, hook="trust")
             server = registry.server_named_by(ctx.tool)
             if server is not None and server not in registry.servers and server not in registry.down:
                 # A server that never listed its tools (a wrong command, a crash at start): say

@@ -33,6 +33,7 @@ from toolscore.loop.tool import DELEGATE, Delegator
 from toolscore.plan.tool import ORCHESTRATE, Orchestrator
 from toolscore.policy import Policy, RedactingAuditSink, build_policy
 from toolscore.policy.principals import Directory
+from toolscore.spill import ResultStore
 from toolscore.state import open_state
 from toolscore.telemetry import tracing
 from toolscore.toolhub import ObservingSink, Scoreboard, ToolHub
@@ -244,7 +245,9 @@ async def open_gateway(
     logs = log_dir or server_log_dir(config)
     try:
         async with open_hub(config, log_dir=logs, memory_servers=memory_servers, hide=_hidden(policy)) as hub:
-            engine = ToolExecutionEngine(tools=hub, call=hub.call, audit=sink)
+            # Results over their server's `spill_bytes`, kept for `resources/read` (`toolscore.spill`).
+            results = ResultStore(ttl_seconds=settings.results_ttl_seconds, max_bytes=settings.results_max_bytes)
+            engine = ToolExecutionEngine(tools=hub, call=hub.call, audit=sink, results=results)
 
             def rules(config: Config, policy: Policy) -> None:
                 engine.reconfigure(
@@ -300,6 +303,7 @@ async def open_gateway(
                 toolhub=toolhub,
                 delegator=delegator,
                 hidden_for=lambda caller: policy.hidden_for(caller),  # the policy in force (a reload replaces it)
+                results=results,
             )
 
             async def apply(config: Config) -> ConfigChanges:

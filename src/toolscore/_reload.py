@@ -46,6 +46,8 @@ RESTART_ONLY = (
     "max_request_bytes",
     "max_result_bytes",
     "reload",
+    "results_ttl_seconds",
+    "results_max_bytes",
 )
 """`toolscore` settings a running gateway keeps until it restarts: the transport, listening port
 and tokens (`http`), where state, logs and audit records go, the names every client already has

@@ -296,6 +296,9 @@ class ServerConfig(BaseModel):
     disabled: bool = False
     timeout: float | None = Field(default=None, gt=0)
     """Seconds a call may take on this server (default: the gateway's `default_timeout`)."""
+    spill_bytes: int | None = Field(default=None, ge=1024)
+    """Results larger than this are kept by the gateway and previewed (docs/toolhub.md#results-by-reference);
+    None: `toolscore.spill_bytes`."""
     connect_timeout: float | None = Field(default=None, gt=0)
     on_timeout: Literal["ping", "restart"] = "ping"
     """After a call times out: `ping` the server and restart it if it does not answer within
@@ -670,6 +673,12 @@ class GatewaySettings(_Frozen):
     an error naming this limit (a plan's steps count as its one call)."""
     max_result_bytes: int = Field(default=DEFAULT_MAX_RESULT_BYTES, ge=1024)
     reload: bool = True
+    spill_bytes: int | None = Field(default=None, ge=1024)
+    """Results larger than this (of servers that set none) are kept and previewed; None: off."""
+    results_ttl_seconds: float = Field(default=3600.0, gt=0)
+    """How long a kept result can be read (`toolscore://results/<id>`)."""
+    results_max_bytes: int = Field(default=256 * 1024 * 1024, ge=1024)
+    """All kept results together; past it the oldest go first."""
     """Watch the config file (and take SIGHUP) to reload it while serving (docs/configuration.md#live-reload)."""
     """The largest JSON-RPC message accepted from a downstream server."""
     log_dir: str | None = None

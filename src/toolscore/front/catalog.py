@@ -36,6 +36,7 @@ from toolscore.errors import DownstreamProtocolError, DownstreamUnavailable, Rej
 from toolscore.front.callers import Callers
 from toolscore.front.relaying import front_call_of
 from toolscore.scope import NO_CLIENT
+from toolscore.spill import RESULTS_PREFIX, ResultStore, owner_of_caller
 
 __all__ = ["READ_TOOL", "CatalogHandlers", "PeerFor"]
 
@@ -127,6 +128,8 @@ class CatalogHandlers:
         sessions: Mapping[int, ServerSession],
         bus: InMemorySubscriptionBus,
         peer_for: PeerFor,
+        *,
+        results: ResultStore | None = None,
     ) -> None:
         """Args:
         hub: The downstreams, their catalog, and the requests sent to them.
@@ -135,7 +138,9 @@ class CatalogHandlers:
         sessions: The handshake-era front connections, told when the lists change.
         bus: The 2026-07-28 listeners' subscription bus.
         peer_for: The client of a request, for its server's requests and logs.
+        results: The results kept by reference (`toolscore://results/<id>`), read here by their owner.
         """
+        self._results = results
         self._hub = hub
         self._engine = engine
         self._sessions = sessions
@@ -173,11 +178,23 @@ class CatalogHandlers:
     ) -> mcp_types.ListResourceTemplatesResult:
         return mcp_types.ListResourceTemplatesResult(resource_templates=self._hub.catalog.listed_templates())
 
+    def _kept(self, ctx: ServerRequestContext[Any], uri: str) -> mcp_types.ReadResourceResult:
+        """A kept result, whole; "not found" for an unknown, expired or another caller's id alike."""
+        owner = owner_of_caller(self._callers.identify(ctx))
+        body = self._results.get(owner, uri) if self._results is not None else None
+        if body is None:
+            raise _not_found(uri)
+        contents = mcp_types.TextResourceContents(uri=uri, mime_type="application/json", text=body)
+        return mcp_types.ReadResourceResult(contents=[contents])
+
     async def read_resource(
         self, ctx: ServerRequestContext[Any], params: mcp_types.ReadResourceRequestParams
     ) -> mcp_types.ReadResourceResult:
-        """A read from the server that owns the URI, through the engine as `resources/read`."""
+        """A read from the server that owns the URI, through the engine as `resources/read`; or a
+        result the gateway kept (`toolscore.spill`), for the principal or client it was kept for."""
         uri = str(params.uri)
+        if uri.startswith(RESULTS_PREFIX):
+            return self._kept(ctx, uri)
         name, original = self._owner(uri)
         caller = self._callers.identify(ctx)
         what = f"the read of '{uri}'"

@@ -143,7 +143,13 @@ class ExpressLane:
             route, downstream = found
             arguments = params.arguments if params.arguments is not None else {}
             ctx = self._engine.begin_sent(
-                params.name, route, arguments, request_id=job.id, session_id=self._session_id, scope=self._scope
+                params.name,
+                route,
+                arguments,
+                request_id=job.id,
+                session_id=self._session_id,
+                scope=self._scope,
+                spill=True,  # a call here carries no `_meta`: nothing asked for the whole result
             )
             if ctx is None:
                 return False

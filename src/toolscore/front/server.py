@@ -41,6 +41,7 @@ from toolscore.front.tasks import TaskHandlers, tasks_capability
 from toolscore.loop.tool import DELEGATE, Delegator
 from toolscore.plan.tool import ORCHESTRATE, Orchestrator
 from toolscore.scope import CallScope
+from toolscore.spill import ResultStore
 from toolscore.telemetry import tracing
 from toolscore.toolhub import ToolHub
 from toolscore.toolhub.catalog import (
@@ -139,6 +140,9 @@ class FrontServer(Server[Any]):
             extensions,
         )
 
+
+WHOLE_RESULT_META_KEY = "io.toolscore/whole-result"
+"""A `tools/call`'s `_meta` key: true asks for the whole result, never a kept one's preview."""
 
 _CONFIRM_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -422,7 +426,11 @@ class ToolHandlers:
         scope: CallScope,
         keep_bytes: bool = False,
     ) -> CallOutcome:
-        """A downstream tool's call through the engine (`keep_bytes`: the hot path's, `front.fast`)."""
+        """A downstream tool's call through the engine (`keep_bytes`: the hot path's, `front.fast`).
+
+        A large result is kept and previewed (`toolscore.spill`) unless the call asks for it whole
+        (`_meta` `WHOLE_RESULT_META_KEY`: true)."""
+        meta = params.meta
         return await self._engine.execute(
             params.name,
             params.arguments,
@@ -432,6 +440,7 @@ class ToolHandlers:
             confirm=confirmer(ctx, params, scope.caller or "", self._sealer),
             keep_bytes=keep_bytes,
             scope=scope,
+            spill=meta is None or meta.get(WHOLE_RESULT_META_KEY) is not True,
         )
 
     async def hot_call(
@@ -518,9 +527,11 @@ def build_server(
     toolhub: ToolHub | None = None,
     delegator: Delegator | None = None,
     hidden_for: HiddenFor | None = None,
+    results: ResultStore | None = None,
 ) -> FrontServer:
     """The front server over `hub`'s tools, calling through `engine`, plus `orchestrate` (and the
-    ToolHub's tools); `hidden_for`: the tools a caller's own rules refuse, left out of its list."""
+    ToolHub's tools); `hidden_for`: the tools a caller's own rules refuse, left out of its list;
+    `results`: the results kept by reference, which `resources/read` returns (`toolscore.spill`)."""
     sessions: dict[int, ServerSession] = {}
     bus = InMemorySubscriptionBus()
     peers = FrontPeers(hub, LogLevels())
@@ -543,7 +554,7 @@ def build_server(
     server = FrontServer(tools, available=hub.capable, plan_tasks=tasks.plans)
     tools.register(server)
     LoggingHandlers(hub, peers.levels).register(server)
-    CatalogHandlers(hub, engine, callers, sessions, bus, peers.peer).register(server)
+    CatalogHandlers(hub, engine, callers, sessions, bus, peers.peer, results=results).register(server)
     tasks.register(server)
     RootsHandlers(hub, callers.identify, peers.peer).register(server)
     return server
