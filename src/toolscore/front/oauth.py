@@ -287,7 +287,8 @@ _DECODER = jwt.PyJWT(
     options={"require": ["exp", "iss", "aud"], "verify_exp": False, "enforce_minimum_key_length": True}
 )
 VERIFIED_CACHE = 4096
-"""Verified tokens remembered (by digest) until they expire, so a client's every request is not a signature check."""
+"""Verified tokens remembered (by digest, least recently used dropped) until they expire, so a
+client's every request is not a signature check."""
 
 
 class ResourceServer:
@@ -333,8 +334,10 @@ class ResourceServer:
             known, expires, known_kid, checked_with = cached
             # Valid while unexpired and checked with the keys still in force (a withdrawn key ends it).
             if self._clock() < expires and await self._keys.keys(known_kid) is checked_with:
+                if digest in self._verified:  # (another request may have dropped it while this one waited)
+                    self._verified.move_to_end(digest)
                 return known
-            del self._verified[digest]
+            self._verified.pop(digest, None)
         header = _header(token)
         if header is None:
             return _invalid("the token is not a JWT")
