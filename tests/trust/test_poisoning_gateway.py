@@ -70,6 +70,8 @@ async def test_a_quarantined_tool_is_neither_listed_nor_called() -> None:
     tools, called, out = await listed({"poisoning": "quarantine"})
     assert set(tools) == {"calc__echo"}
     assert called.is_error
+    refusal = called.content[0].text  # type: ignore[union-attr]
+    assert "server 'calc' tool 'add' quarantined by the poisoning scan" in refusal and "add@" in refusal
     (row,) = json.loads(out[0])
     assert [(p["name"], p["quarantined"]) for p in row["poisoning"]] == [("add", True)]
 

@@ -103,6 +103,9 @@ class Registry:
     """Each configured server's tool-name prefix (with the separator) -> the server, whether or not
     it ever came up: a call to a server that never listed its tools names that server."""
     suspects: tuple[Suspect, ...] = ()
+    held: Mapping[str, str] = field(default_factory=dict)
+    """Public name -> why a connected server's tool is not routed: quarantined by the poisoning scan,
+    or changed since it was pinned (`enforce`); a call to one is refused saying so."""
     """Tools of connected servers with poisoning findings: listed (flagged) or quarantined (not routed)."""
 
     def server_named_by(self, tool: str) -> str | None:
@@ -290,6 +293,7 @@ def build_registry(
     routes: dict[str, Route] = {}
     problems: list[str] = []
     suspects: list[Suspect] = []
+    holds: dict[str, str] = {}
     separator = config.settings.separator
     order = [name for name in config.servers if name in server_tools]
     names = {server: frozenset(t.name.lower() for t in server_tools[server]) for server in order}
@@ -332,6 +336,8 @@ def build_registry(
                         + f" (`toolscore pins diff {server}/{tool.name}` shows what changed)"
                     )
                     if held:
+                        why = f"tool '{tool.name}' of server '{server}' changed since it was pinned; it is held"
+                        holds[name] = f"{why} until `toolscore pins approve {server}/{tool.name}`"
                         continue
             if cfg.poisoning != "off":
                 findings = _scanned(tool, definition, key, others)
@@ -344,6 +350,7 @@ def build_registry(
                         suspects.append(suspect)
                     report(suspect.problem(server))
                     if suspect.quarantined:
+                        holds[name] = suspect.problem(server)
                         continue
                     exposed_tool = flagged(exposed_tool, suspect)
             routes[name] = Route(
@@ -372,4 +379,5 @@ def build_registry(
         hidden=frozenset(name for name, route in routes.items() if hide is not None and hide(route)),
         prefixes=prefixes,
         suspects=tuple(suspects),
+        held=holds,
     )
