@@ -86,6 +86,25 @@ def test_hostile_tool_names_neither_break_the_format_nor_grow_the_series() -> No
     assert _value(samples, "toolscore_calls_total", server="fx", tool=OTHER, outcome="ok") == 3
 
 
+def test_calls_are_counted_per_principal_within_a_bounded_set() -> None:
+    metrics = CallMetrics(max_principals=2)
+    for caller, ok in [("principal:alice", True), ("principal:alice/c3", False), ("principal:bob", True)]:
+        metrics.observe(_record("echo", "fx", ok=ok).model_copy(update={"caller": caller}))
+    for n in range(5):  # principals come from tokens: past the bound they share one label
+        metrics.observe(_record("echo", "fx").model_copy(update={"caller": f"principal:p{n}"}))
+    metrics.observe(_record("echo", "fx").model_copy(update={"caller": "c1"}))  # no principal: not counted here
+    samples = _samples(metrics.render())
+    assert _value(samples, "toolscore_principal_calls_total", principal="alice", outcome="ok") == 1
+    assert _value(samples, "toolscore_principal_calls_total", principal="alice", outcome="failed") == 1
+    assert _value(samples, "toolscore_principal_calls_total", principal="bob", outcome="ok") == 1
+    assert _value(samples, "toolscore_principal_calls_total", principal=OTHER, outcome="ok") == 5
+    assert {s.labels["principal"] for s in samples if s.name == "toolscore_principal_calls_total"} == {
+        "alice",
+        "bob",
+        OTHER,
+    }
+
+
 def test_the_sink_counts_and_passes_every_record_on() -> None:
     inner = MemoryAuditSink()
     metrics = CallMetrics()

@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from toolscore.audit.sinks import AuditRecord, AuditSink
+from toolscore.scope import principal_of
 
 __all__ = [
     "CONTENT_TYPE",
@@ -34,6 +35,7 @@ DURATION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0
 UNROUTED = "(unrouted)"
 OTHER = "(other)"
 DEFAULT_MAX_SERIES = 2000
+DEFAULT_MAX_PRINCIPALS = 200
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,9 +66,13 @@ class CallMetrics:
         max_series: The most (server, tool) pairs kept apart; later ones share `(other)`.
     """
 
-    def __init__(self, *, max_series: int = DEFAULT_MAX_SERIES) -> None:
+    def __init__(self, *, max_series: int = DEFAULT_MAX_SERIES, max_principals: int = DEFAULT_MAX_PRINCIPALS) -> None:
         self._series: dict[tuple[str, str], _Series] = {}
         self._max_series = max_series
+        self._principals: dict[tuple[str, str], int] = {}
+        """Calls per (principal, outcome): the first `max_principals` principals apart, later ones `(other)`."""
+        self._max_principals = max_principals
+        self._named: set[str] = set()
         self.records = 0
         """Records observed."""
 
@@ -90,6 +96,15 @@ class CallMetrics:
         series.seconds += seconds
         series.count += 1
         series.tokens += record.actual_tokens or 0
+        principal = principal_of(record.caller)
+        if principal is not None:
+            if principal not in self._named:
+                if len(self._named) < self._max_principals:
+                    self._named.add(principal)
+                else:
+                    principal = OTHER  # bounded: principals come from tokens, not the config
+            counted = (principal, "ok" if record.success else "failed")
+            self._principals[counted] = self._principals.get(counted, 0) + 1
 
     def render(self, servers: Iterable[ServerGauge] = (), *, audit_lost: int = 0) -> str:
         """The text exposition of every metric, with `servers` as up/down gauges."""
@@ -121,6 +136,10 @@ class CallMetrics:
         _header(out, "toolscore_tokens_total", "counter", "Tokens of arguments and results (estimated from text).")
         for (server, tool), s in items:
             out.append(f"toolscore_tokens_total{_labels(server=server, tool=tool)} {s.tokens}")
+
+        _header(out, "toolscore_principal_calls_total", "counter", "Calls per principal (HTTP tokens), ok or failed.")
+        for (principal, outcome), n in sorted(self._principals.items()):
+            out.append(f"toolscore_principal_calls_total{_labels(principal=principal, outcome=outcome)} {n}")
 
         gauges = sorted(servers, key=lambda g: g.name)
         _header(out, "toolscore_server_up", "gauge", "1 when the downstream server is connected, else 0.")
