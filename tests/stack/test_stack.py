@@ -260,3 +260,10 @@ async def test_no_chromium_is_left_after_the_gateway_stops(tmp_path: Path, page_
         assert _chromium_pids() - before
     # Chromium exits when its Playwright parent's pipe closes, a moment after the gateway is done.
     await wait_for(lambda: not (_chromium_pids() - before), 10)
+
+
+@requires_stack
+async def test_the_shipped_stack_raises_no_poisoning_finding(stack: tuple[Gateway, Path]) -> None:
+    gw, _ = stack
+    assert len(gw.hub.registry.routes) > 40  # the scan ran over the real definitions
+    assert gw.hub.registry.suspects == () and gw.hub.catalog.suspects == ()
