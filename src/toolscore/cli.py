@@ -160,9 +160,9 @@ def _parser() -> argparse.ArgumentParser:
         ("approve", "make the changed definitions the pins"),
         ("reset", "forget pins: the next definition seen is pinned"),
     ):
-        pins_sub.add_parser(name, parents=[common], help=what).add_argument(
-            "selector", nargs="?", help="SERVER or SERVER/TOOL (default: all)"
-        )
+        command = pins_sub.add_parser(name, parents=[common], help=what)
+        command.add_argument("selector", nargs="?", help="SERVER or SERVER/TOOL (default: all)")
+        command.add_argument("--shared", action="store_true", help="the pins in the Redis of toolscore.state")
 
     trajectories = sub.add_parser("trajectories", parents=[common], help="the agent loop's (S, A, O) records")
     traj_sub = trajectories.add_subparsers(dest="trajectories_command", required=True)
@@ -653,7 +653,19 @@ def _pins(args: argparse.Namespace) -> int:
     from toolscore.trust.pins import PinBook
 
     try:
-        book = PinBook(state_dir() / "pins.json")
+        if args.shared:
+            config = _load(args)
+            if config is None:
+                return EXIT_CONFIG
+            if config.settings.state is None:
+                print("toolscore: error: --shared needs toolscore.state (a Redis URL)", file=sys.stderr)
+                return EXIT_CONFIG
+            from toolscore.state.redis_store import RedisPinBook
+
+            book: PinBook = RedisPinBook(config.settings.state, prefix=config.settings.state_prefix)
+            book.refresh()  # the constructor only logs a Redis that does not answer; here it is an error
+        else:
+            book = PinBook(state_dir() / "pins.json")
     except ConfigError as exc:
         print(f"toolscore: error: {exc}", file=sys.stderr)
         return EXIT_CONFIG

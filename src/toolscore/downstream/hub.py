@@ -104,6 +104,15 @@ class _Instance:
     calls: int = 0
 
 
+def _pin_book(config: Config) -> PinBook:
+    """The pins: shared in Redis with `toolscore.state`, else `<state dir>/pins.json`."""
+    if config.settings.state is None:
+        return PinBook(state_dir() / "pins.json")
+    from toolscore.state.redis_store import RedisPinBook  # the Redis client: only when configured
+
+    return RedisPinBook(config.settings.state, prefix=config.settings.state_prefix)
+
+
 class DownstreamHub:
     """Owns the downstream connections and the registry built from their tools."""
 
@@ -119,7 +128,7 @@ class DownstreamHub:
         self._hide = hide
         self.registry: Registry = build_registry({}, config)  # no tools yet, but every prefix
         pinning = any(server.pinning != "off" for server in config.servers.values())
-        self._pins = PinBook(state_dir() / "pins.json") if pinning else None
+        self._pins = _pin_book(config) if pinning else None
         self.catalog: Catalog = Catalog()
         self._catalog_listeners: list[CatalogListener] = []
         self._update_listeners: list[UpdateListener] = []

@@ -10,7 +10,8 @@ the parts that hold state across calls:
   `FlightStore` (a leased lock, the result kept a few seconds for the calls that waited);
 - `orchestrate` episodes and `delegate`'s paused 2026-era tasks go through an `EpisodeRecords`
   (the same calls as the SQLite store, `loop/store.py`, so `DurableEpisodes` works over either);
-- audit records fan out to a Redis stream (`RedisStreamSink`) besides the JSONL file.
+- audit records fan out to a Redis stream (`RedisStreamSink`) besides the JSONL file, one hash chain;
+- pinned tool definitions (`RedisPinBook`, `trust/pins.py`) are one set for every replica.
 
 Every key has a TTL. Handshake-era HTTP sessions stay on the replica that opened them
 (docs/operations.md says what that means for a deployment).

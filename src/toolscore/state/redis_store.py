@@ -12,6 +12,7 @@ Keys, all under `toolscore.state_prefix` (default `toolscore:`):
 | `audit` | stream (one field `r`: the record's JSON) | `audit.stream_ttl_seconds` after the last record |
 | `toolhub:scores` | hash (tool -> its learned score's JSON, `toolhub/persist.py`) | a week after the last save |
 | `audit:head` | string (the hash of the stream's last record) | as the stream |
+| `pins` | hash (`pinned:<server>/<tool>`, `pending:...` -> the definition's JSON) | none: pins are kept |
 
 The bucket script reads Redis's own clock (`TIME`), so replicas whose clocks differ still agree.
 The audit stream is written with a blocking client before the call is answered, as the JSONL
@@ -31,6 +32,7 @@ import contextlib
 import json
 import time
 from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
 from typing import Any, cast
 
 import anyio
@@ -45,8 +47,9 @@ from toolscore.audit.chain import GENESIS, link
 from toolscore.audit.sinks import AuditRecord, AuditSink
 from toolscore.config import AuditConfig
 from toolscore.errors import ConfigError, Rejected
+from toolscore.trust.pins import Pin, PinBook, pin_of
 
-__all__ = ["RedisEpisodes", "RedisState", "RedisStreamSink", "read_stream", "stream_entries"]
+__all__ = ["RedisEpisodes", "RedisPinBook", "RedisState", "RedisStreamSink", "read_stream", "stream_entries"]
 
 log = structlog.get_logger("toolscore.state")
 
@@ -495,3 +498,63 @@ def read_stream(
             start = "(" + chunk[-1][0].decode()
     finally:
         client.close()
+
+
+class RedisPinBook(PinBook):
+    """Pinned definitions every replica shares: the hash `<prefix>pins` (`trust/pins.py`).
+
+    A first sight is written with HSETNX, so of two replicas that see a tool first at once, one
+    pin wins and the other adopts it at its next refresh; approvals, pending changes and resets
+    are written as they are. Read and written with a blocking client, at a rebuild (rare).
+    """
+
+    def __init__(self, url: str, *, prefix: str = "toolscore:") -> None:
+        self._client = redis.Redis.from_url(url, socket_timeout=2.0, socket_connect_timeout=2.0)
+        self.key = f"{prefix}pins"
+        try:
+            super().__init__(Path(self.key))
+        except ConfigError as exc:  # Redis down at start: no pins until a rebuild reads them
+            log.error("pins not read; read again at the next list change", error=str(exc))
+
+    def refresh(self) -> None:
+        """Read every pin again (a `pins approve` on any machine, another replica's first sights).
+
+        Raises:
+            ConfigError: Redis cannot be reached.
+        """
+        try:
+            raw = cast(dict[bytes, bytes], self._client.hgetall(self.key))
+        except redis.RedisError as exc:
+            raise ConfigError(f"cannot read the pins {self.key} at toolscore.state: {exc}") from None
+        pinned: dict[str, Pin] = {}
+        pending: dict[str, Pin] = {}
+        for field, value in raw.items():
+            section, _, key = field.decode("utf-8", "replace").partition(":")
+            try:
+                pin = pin_of(json.loads(value))
+            except (KeyError, TypeError, ValueError):
+                continue  # not a pin: skipped, as the stream reader skips junk
+            (pinned if section == "pinned" else pending)[key] = pin
+        self.pinned, self.pending = pinned, pending
+
+    def save(self) -> None:
+        """Write what changed since the last save (raises OSError when Redis fails)."""
+        if not self.changes:
+            return
+        pipe = self._client.pipeline(transaction=False)
+        for (section, key), pin in self.changes.items():
+            field = f"{section}:{key}"
+            if pin is None:
+                pipe.hdel(self.key, field)
+                continue
+            text = json.dumps(pin.as_dict(), sort_keys=True)
+            if section == "pinned" and key in self.first_seen:
+                pipe.hsetnx(self.key, field, text)
+            else:
+                pipe.hset(self.key, field, text)
+        try:
+            pipe.execute()
+        except redis.RedisError as exc:
+            raise OSError(f"Redis did not take the pins: {exc}") from None
+        self.changes.clear()
+        self.first_seen.clear()

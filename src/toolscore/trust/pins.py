@@ -26,7 +26,7 @@ from typing import Any, Literal
 from toolscore.errors import ConfigError
 from toolscore.trust.verdict import digest_of
 
-__all__ = ["PinBook", "definition_diff"]
+__all__ = ["Pin", "PinBook", "definition_diff", "pin_of"]
 
 Judgement = Literal["new", "same", "changed"]
 
@@ -52,6 +52,12 @@ class PinBook:
         self.pinned: dict[str, Pin] = {}
         self.pending: dict[str, Pin] = {}
         self._dirty = False
+        self.changes: dict[tuple[str, str], Pin | None] = {}
+        """(`pinned`/`pending`, key) -> the new entry or None (removed) since the last save: what a
+        shared store writes (`state/redis_store.RedisPinBook`); a file is written whole."""
+        self.first_seen: set[str] = set()
+        """Keys pinned on first sight since the last save: a shared store pins them only where no
+        other replica pinned the tool first."""
         self._stamp: tuple[int, int] | None = None
         self.refresh()
 
@@ -86,17 +92,25 @@ class PinBook:
         digest = digest_of(definition)
         pin = self.pinned.get(key)
         if pin is None:
-            self.pinned[key] = Pin(digest, definition, _now())
-            self._dirty = True
+            self._put("pinned", key, Pin(digest, definition, _now()))
+            self.first_seen.add(key)
             return "new", digest
         if pin.digest == digest:
-            if self.pending.pop(key, None) is not None:  # changed back: nothing to approve any more
-                self._dirty = True
+            if key in self.pending:  # changed back: nothing to approve any more
+                self._put("pending", key, None)
             return "same", digest
         if (waiting := self.pending.get(key)) is None or waiting.digest != digest:
-            self.pending[key] = Pin(digest, definition, _now())
-            self._dirty = True
+            self._put("pending", key, Pin(digest, definition, _now()))
         return "changed", digest
+
+    def _put(self, section: str, key: str, pin: Pin | None) -> None:
+        entries = self.pinned if section == "pinned" else self.pending
+        if pin is None:
+            entries.pop(key, None)
+        else:
+            entries[key] = pin
+        self.changes[(section, key)] = pin
+        self._dirty = True
 
     def diff(self, key: str) -> str:
         """What changed between the pin and the pending definition of `server/tool`."""
@@ -114,17 +128,16 @@ class PinBook:
         """Make each selected pending definition the pin; the keys approved."""
         keys = self.select(selector, pending=True)
         for key in keys:
-            self.pinned[key] = self.pending.pop(key)
-        self._dirty = self._dirty or bool(keys)
+            self._put("pinned", key, self.pending[key])
+            self._put("pending", key, None)
         return keys
 
     def reset(self, selector: str | None) -> list[str]:
         """Forget the selected pins (and what was pending for them): the next definition seen is pinned."""
         keys = sorted(set(self.select(selector)) | set(self.select(selector, pending=True)))
         for key in keys:
-            self.pinned.pop(key, None)
-            self.pending.pop(key, None)
-        self._dirty = self._dirty or bool(keys)
+            self._put("pinned", key, None)
+            self._put("pending", key, None)
         return keys
 
     def save(self) -> None:
@@ -149,6 +162,13 @@ class PinBook:
         stat = self.path.stat()
         self._stamp = (stat.st_mtime_ns, stat.st_size)
         self._dirty = False
+        self.changes.clear()
+        self.first_seen.clear()
+
+
+def pin_of(value: Any) -> Pin:
+    """A pin from its stored form (raises KeyError, TypeError or ValueError when it is not one)."""
+    return _pin(value)
 
 
 def _pin(value: Any) -> Pin:
