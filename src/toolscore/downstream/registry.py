@@ -25,7 +25,7 @@ from toolscore._naming import public_name
 from toolscore.config import Config
 from toolscore.downstream.schema_check import Check, compile_check
 from toolscore.trust.poison import Finding, scan
-from toolscore.trust.verdict import Suspect, flagged, screen
+from toolscore.trust.verdict import Suspect, digest_of, flagged, screen
 
 __all__ = ["PinJudge", "Registry", "Route", "build_registry"]
 
@@ -33,7 +33,7 @@ __all__ = ["PinJudge", "Registry", "Route", "build_registry"]
 class PinJudge(Protocol):
     """Pinned definitions (`trust/pins.py`): whether one is new, the pinned one, or changed."""
 
-    def judge(self, server: str, tool: str, definition: dict[str, Any]) -> tuple[str, str]:
+    def judge(self, server: str, tool: str, definition: dict[str, Any], digest: str | None = None) -> tuple[str, str]:
         """`new`, `same` or `changed`, and the definition's digest (a first sight or a change is recorded)."""
         ...
 
@@ -49,6 +49,7 @@ _CHECKED: dict[str, str | None] = {}
 _CHECKED_MAX = 8192
 # The poisoning scan's findings per (definition, downstream name, other servers' tool names), alike.
 _SCANNED: dict[tuple[str, str, frozenset[str]], tuple[Finding, ...]] = {}
+_DIGESTS: dict[tuple[str, str], str] = {}
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,6 +247,16 @@ def lenient(schema: Any, depth: int = 0) -> Any:
     return schema if out is None else out
 
 
+def _digest(definition: dict[str, Any], key: str, name: str) -> str:
+    """The definition's pin digest, remembered by its JSON as the schema check is."""
+    if (digest := _DIGESTS.get((key, name))) is None:
+        digest = digest_of(definition)
+        if len(_DIGESTS) >= _CHECKED_MAX:
+            del _DIGESTS[next(iter(_DIGESTS))]
+        _DIGESTS[(key, name)] = digest
+    return digest
+
+
 def _scanned(tool: mcp_types.Tool, definition: dict[str, Any], key: str, others: frozenset[str]) -> tuple[Finding, ...]:
     """The scan's findings for one downstream definition, remembered."""
     memo = (key, tool.name, others)
@@ -327,7 +338,7 @@ def build_registry(
                 continue
             definition = {**dump["tools"][0], "name": tool.name}
             if pins is not None and cfg.pinning != "off" and server not in resting:
-                judgement, _ = pins.judge(server, tool.name, definition)
+                judgement, _ = pins.judge(server, tool.name, definition, _digest(definition, key, tool.name))
                 if judgement == "changed":
                     held = cfg.pinning == "enforce"
                     report(

@@ -82,14 +82,19 @@ class PinBook:
             raise ConfigError(f"{self.path}: not a pin file ({exc}); move it aside to pin afresh") from None
         self._stamp = stamp
 
-    def judge(self, server: str, tool: str, definition: dict[str, Any]) -> tuple[Judgement, str]:
+    def judge(
+        self, server: str, tool: str, definition: dict[str, Any], digest: str | None = None
+    ) -> tuple[Judgement, str]:
         """Whether this definition is the pinned one, recording a first sight or a change (in memory).
+
+        Args:
+            digest: The definition's `digest_of`, when the caller remembers it.
 
         Returns:
             The judgement and the definition's digest.
         """
         key = f"{server}/{tool}"
-        digest = digest_of(definition)
+        digest = digest or digest_of(definition)
         pin = self.pinned.get(key)
         if pin is None:
             self._put("pinned", key, Pin(digest, definition, _now()))

@@ -20,7 +20,7 @@ from pydantic import BaseModel
 from toolscore._glob import matches
 from toolscore.trust.poison import Finding, scan
 
-__all__ = ["POISONING_META", "Suspect", "screen"]
+__all__ = ["POISONING_META", "Suspect", "approved", "digest_of", "flagged", "screen"]
 
 POISONING_META = "io.toolscore/poisoning"
 """The `_meta` key of a listed definition the poisoning scan flagged: its digest and findings."""
