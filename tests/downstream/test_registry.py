@@ -171,7 +171,12 @@ def test_a_rebuild_does_not_check_the_same_definitions_again() -> None:
         return time.process_time() - start
 
     first = cpu()
-    assert cpu() < first / 4
+    again = cpu()
+    for _ in range(2):  # measured again before failing: time stolen on a busy machine only adds
+        if again < first / 4:
+            break
+        again = min(again, cpu())
+    assert again < first / 4, (first, again)
     # A changed definition is checked anew: a bad schema is still caught after a clean build.
     servers["s0"] = [tool("t0", {"type": "object", "properties": {"id": {"type": 3}}})]
     assert build_registry(servers, config).get("s0__t0") is None
