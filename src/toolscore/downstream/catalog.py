@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 from urllib.parse import quote, unquote
 
 import mcp_types
@@ -23,6 +23,9 @@ import mcp_types
 from toolscore._naming import public_name
 from toolscore.config import Config, ServerConfig
 from toolscore.trust.verdict import Kind, Suspect, flagged, screen
+
+if TYPE_CHECKING:
+    from toolscore.downstream.registry import PinJudge
 
 __all__ = [
     "SCHEME",
@@ -196,13 +199,18 @@ class Catalog:
 _Listed = TypeVar("_Listed", mcp_types.Prompt, mcp_types.ResourceTemplate)
 
 
-def build_catalog(lists: Mapping[str, ServerLists], config: Config, *, down: Collection[str] = ()) -> Catalog:
+def build_catalog(
+    lists: Mapping[str, ServerLists], config: Config, *, down: Collection[str] = (), pins: PinJudge | None = None
+) -> Catalog:
     """Index the resources, templates and prompts of every connected server.
 
     Args:
         lists: Each known server's lists; servers in any order (config order is applied).
         config: Prefixes and the separator.
         down: Servers of `lists` that are down: routed, so that a request says they restart, not listed.
+        pins: The pinned definitions, for servers with `pinning` on: a prompt or template changed
+            since it was pinned is reported, and under `enforce` not listed (keys `prompt:<name>`,
+            `template:<uri template>`).
     """
     resources: dict[str, ResourceRoute] = {}
     templates: dict[str, TemplateRoute] = {}
@@ -214,10 +222,22 @@ def build_catalog(lists: Mapping[str, ServerLists], config: Config, *, down: Col
     separator = config.settings.separator
 
     def screened(kind: Kind, server: str, cfg: ServerConfig, name: str, public: str, model: _Listed) -> _Listed | None:
-        """The poisoning scan's verdict: the definition as listed (flagged or not), or None when held."""
-        if cfg.poisoning == "off":
+        """The pin's and the poisoning scan's verdict: the definition as listed (flagged or not), or None when held."""
+        if cfg.poisoning == "off" and (pins is None or cfg.pinning == "off"):
             return model
         definition = model.model_dump(by_alias=True, mode="json", exclude_none=True)
+        if pins is not None and cfg.pinning != "off" and server not in down:
+            label = f"{'prompt' if kind == 'prompt' else 'template'}:{name}"
+            if pins.judge(server, label, definition)[0] == "changed":
+                held = cfg.pinning == "enforce"
+                problems.append(
+                    f"server '{server}' {kind.replace('_', ' ')} '{name}' changed since it was pinned"
+                    + (f"; held until `toolscore pins approve {server}/{label}`" if held else "; listed")
+                )
+                if held:
+                    return None
+        if cfg.poisoning == "off":
+            return model
         suspect = screen(kind, server, name, public, definition, mode=cfg.poisoning, approvals=cfg.poisoning_approved)
         if suspect is None:
             return model

@@ -474,11 +474,6 @@ class DownstreamHub:
         registry = build_registry(
             {d.name: d.tools for d in known}, self.config, down=down, hide=self._hide, pins=self._pins
         )
-        if self._pins is not None:
-            try:
-                self._pins.save()
-            except OSError as exc:
-                log.error("pins not saved", path=str(self._pins.path), error=str(exc))
         warned = self._problems  # each problem is logged once, not at every rebuild it lasts
         for problem in registry.problems:
             if problem not in warned:
@@ -488,7 +483,12 @@ class DownstreamHub:
             t.model_dump(by_alias=True) for t in self.registry.tools()
         ]
         self.registry = registry
-        catalog = build_catalog({d.name: d.lists for d in known}, self.config, down=down)
+        catalog = build_catalog({d.name: d.lists for d in known}, self.config, down=down, pins=self._pins)
+        if self._pins is not None:  # first sights and changes of tools, prompts and templates
+            try:
+                self._pins.save()
+            except OSError as exc:
+                log.error("pins not saved", path=str(self._pins.path), error=str(exc))
         for problem in catalog.problems:
             if problem not in warned:
                 log.warning("resource or prompt not exposed as listed", problem=problem)
