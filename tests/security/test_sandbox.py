@@ -450,12 +450,12 @@ async def test_a_wedged_repl_is_killed_from_outside_within_its_timeout(tmp_path:
         await run_code(bob, "print(1)")
         before = set(repl_pids(gw))
         assert len(before) == 2
-        began = anyio.current_time()
-        with anyio.fail_after(15):
+        with anyio.fail_after(60):  # a hang detector: only the 4 s deadline ends the wedged code
             result = await bob.call_tool("microsandbox__repl_run_code", {"params": {"code": wedge}})
         assert result.is_error and "did not answer within 4 s" in text(result)
-        await wait_for(lambda: not before <= set(repl_pids(gw)), 3)  # bob's REPL is killed at its deadline
-        assert anyio.current_time() - began < 4 + 3
+        # Bob's REPL is killed at its deadline (the bound only detects a hang: the idle limit that
+        # would otherwise end it is minutes away).
+        await wait_for(lambda: not before <= set(repl_pids(gw)))
         # Alice's sandbox never noticed; Bob gets a fresh one on his next call.
         after = await alice.call_tool(
             "microsandbox__repl_run_code", {"params": {"code": "print(x + 1)", "session_id": kept["session_id"]}}
@@ -499,7 +499,7 @@ def test_a_busy_sandbox_dies_with_a_killed_gateway(tmp_path: Path) -> None:
                                                           "arguments": {"params": {"code": spin}}}})  # fmt: skip
         # Two sandboxes start here (bwrap, a Python REPL each): on a machine busy with the rest of
         # the suite that took over 20 s once. The loop ends as soon as both run.
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 120  # a hang detector
         tree: list[int] = []
         while time.monotonic() < deadline and sum(1 for p in descendants(gateway.pid) if is_repl(p)) < 2:
             time.sleep(0.1)  # the listing instance and this client's own
@@ -508,7 +508,7 @@ def test_a_busy_sandbox_dies_with_a_killed_gateway(tmp_path: Path) -> None:
         time.sleep(0.5)  # the call is now spinning
         gateway.kill()
         gateway.wait()
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 60
         while time.monotonic() < deadline and [p for p in tree if running(p)]:
             time.sleep(0.1)
         assert not [p for p in tree if running(p)], "processes outlived the gateway"
