@@ -255,7 +255,7 @@ async def test_kill_9_of_the_gateway_during_a_burst_leaves_every_audit_line_whol
             try:
                 async with Client(streamable_http_client(url), mode="legacy") as client:
                     for i in range(10_000):
-                        await client.call_tool("fx__echo", {"text": f"{n}:{i}:" + "x" * 3000})
+                        await client.call_tool("fx__echo", {"text": f"{n}:{i}:" + "x" * 300})
             except Exception:
                 return
 
@@ -263,7 +263,8 @@ async def test_kill_9_of_the_gateway_during_a_burst_leaves_every_audit_line_whol
     async with anyio.create_task_group() as tg:
         for n in range(8):
             tg.start_soon(caller, n)
-        await wait_for(lambda: audit.exists() and audit.stat().st_size > 200_000, 60)
+        # Enough records that the kill lands mid-burst (the volume is not the point).
+        await wait_for(lambda: audit.exists() and audit.stat().st_size > 60_000)
         proc.kill()  # mid-burst: calls are being answered and recorded
     data = audit.read_bytes()
     assert data.endswith(b"\n"), data[-200:]  # no torn last line
