@@ -23,7 +23,7 @@ from toolscore.front.express import ExpressLane
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
 
 # What differs between two records of the same call: when, which, and how long.
-_PER_CALL = {"time", "call_id", "request_id", "duration_ms", "estimated_tokens"}
+_PER_CALL = {"time", "call_id", "request_id", "duration_ms", "estimated_tokens", "prev"}  # prev: the audit chain link
 
 
 async def _lane(client: LineClient) -> ExpressLane:
