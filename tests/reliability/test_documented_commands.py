@@ -42,11 +42,21 @@ EXEMPT = {
     ".venv/bin/python -m pytest": "runs the whole suite, this test included",
     ".venv/bin/python benchmarks/": "a benchmark of minutes, for a quiet machine",
     "toolscore audit stats --shared": "reads the Redis audit stream of a replicated deployment (a network service)",
+    "toolscore audit verify out.jsonl --shared": "reads the Redis audit stream of a replicated deployment",
+    "toolscore pins list --shared": "reads the pins a replicated deployment keeps in Redis (a network service)",
 }
 """Command prefixes that are not run, and why."""
 
 EXPECTED_EXIT = {
     "toolscore trajectories export": (1, "no trajectory file"),
+    "toolscore audit stats --since 1h --server fx --principal": (1, "no call of that principal"),
+    "toolscore audit verify out.jsonl": (1, "no audit file at out.jsonl"),
+    # The moving-in commands read a client's file, which this clean HOME does not have.
+    "toolscore import --from claude-desktop": (2, "claude_desktop_config.json"),
+    "toolscore import": (2, "--from"),
+    "toolscore register --undo --client claude-desktop": (2, "no backup"),
+    "toolscore doctor": (1, ""),  # no client here starts toolscore (said on stdout)
+    "toolscore pins approve": (1, "no pin to approve"),
 }
 """Command prefixes that exit non-zero here, as documented: (status, what stderr says)."""
 
