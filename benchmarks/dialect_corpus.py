@@ -8,10 +8,10 @@ calls where each call takes an earlier call's output by reference (a number, a l
 of one, a key of an integer-keyed dict, bytes), written in one reference dialect (canonical,
 NESTFUL, ReWOO, LLMCompiler, a `$` without braces, templates, `<ref/>` elements) and one call
 form (server blocks, `<call>`, Hermes `<tool_call>` with NESTFUL labels, ReAct `Action:` blocks,
-Anthropic `<invoke>`, NESTFUL's JSON list of calls), some wrapped in `<plan>`. About one in eight carries a fault a model makes
-in its dialect (a label that names nothing, a `$` that closes one reference or opens the next,
-unmatched braces, evidence past the last call, a `<ref>` to nothing or with a bad path); those must
-be refused with the fix.
+Anthropic `<invoke>`, NESTFUL's JSON list of calls), some wrapped in `<plan>`. About one in eight
+carries a fault a model makes in its dialect (a label that names nothing, a `$` that closes one
+reference or opens the next, unmatched braces, evidence past the last call, a `<ref>` to nothing
+or with a bad path); those must be refused with the fix.
 
 The functions (add, divide, mean, minmax, histogram with integer keys, pack to bytes...) are
 served by an in-memory MCP server (`toolscore.testing.FakeDownstream`); the gold answer of each

@@ -28,10 +28,7 @@ class RedactingAuditSink:
             self._inner.write(record)
             return
         update: dict[str, Any] = {}
-        if (
-            record.arguments is not None
-            and (arguments := redactor.json(record.arguments)) is not record.arguments
-        ):
+        if record.arguments is not None and (arguments := redactor.json(record.arguments)) is not record.arguments:
             update["arguments"] = arguments
         if record.error is not None and (error := redactor.text(record.error)) != record.error:
             update["error"] = error
