@@ -430,23 +430,18 @@ def _audit(args: argparse.Namespace, config: Config) -> int:
     else:
         records = read_audit(path, warn=warn)
     stats = compute_stats(records, slow_ms=slow_ms, since=since, server=args.server, principal=args.principal)
-    if args.principal is not None and args.principal not in stats.principals:
-        seen = ", ".join(stats.principals) or "none"
-        print(
-            f"toolscore: error: --principal {args.principal!r}: no call of that principal in the audit log"
-            f"{' since ' + args.since if args.since else ''}; principals seen: {seen}",
-            file=sys.stderr,
-        )
-        return 1
-    if args.server is not None and args.server not in stats.servers:
-        # Zeros for a misspelt name would read as "that server did nothing".
-        seen = ", ".join(stats.servers) or "none"
-        print(
-            f"toolscore: error: --server {args.server!r}: no call to that server in the audit log"
-            f"{' since ' + args.since if args.since else ''}; servers seen: {seen}",
-            file=sys.stderr,
-        )
-        return 1
+    # Zeros for a misspelt name would read as "that server (or principal) did nothing".
+    for flag, value, seen, what in (
+        ("--principal", args.principal, list(stats.principals), "no call of that principal"),
+        ("--server", args.server, stats.servers, "no call to that server"),
+    ):
+        if value is not None and value not in seen:
+            print(
+                f"toolscore: error: {flag} {value!r}: {what} in the audit log"
+                f"{' since ' + args.since if args.since else ''}; {flag[2:]}s seen: {', '.join(seen) or 'none'}",
+                file=sys.stderr,
+            )
+            return 1
     traj = args.trajectories or trajectory_path(config)
     loop = (
         loop_stats(read_trajectories(traj), since=since.timestamp() if since is not None else None, server=args.server)
