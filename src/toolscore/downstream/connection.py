@@ -422,9 +422,7 @@ class Downstream:
         is this server's peer (`attribute`); a caller that stops waiting ends it with
         `SentCall.withdraw`, and a settled or withdrawn call releases the peer.
         """
-        if self._refusal() is not None or self._lost.is_set():
-            return None
-        channel = self._raw_channel_for(scope.version)
+        channel = self._sendable(scope.version)
         if channel is None:
             return None
         sent = SentCall(channel, self._attending(scope))
@@ -552,9 +550,14 @@ class Downstream:
     def keeps_bytes(self, protocol_version: str) -> bool:
         """Whether a call for a client speaking `protocol_version` can be sent now with its result
         kept as bytes (`send`, `call` with `keep_bytes`): a stdio connection at that version, up,
-        its breaker closed. The route of a call reads it (`toolscore.front.route`)."""
-        channel = self._raw_channel_for(protocol_version)
-        return channel is not None and not self._lost.is_set() and self._refusal() is None
+        its breaker closed. The route of a call reads it (`toolscore.front.lanes`)."""
+        return self._sendable(protocol_version) is not None
+
+    def _sendable(self, protocol_version: str | None) -> RawChannel | None:
+        """The raw channel at `protocol_version` while calls may be sent on it now (`keeps_bytes`)."""
+        if self._lost.is_set() or self._refusal() is not None:
+            return None
+        return self._raw_channel_for(protocol_version)
 
     def _raw_channel_for(self, protocol_version: str | None) -> RawChannel | None:
         """The raw channel, where the bytes of a result mean the same to a client speaking

@@ -101,7 +101,7 @@ def build_policy(config: Config, *, state: SharedState | None = None, directory:
     )
     wrap: tuple[WrapHook, ...] = _on(
         single_flight(scopes, state),  # outermost: a call that shares another's result takes no concurrency slot
-        principals.quotas if principals else None,  # a principal's running calls, before any per-server slot
+        principals.wrap if principals else None,  # a principal's running calls, before any per-server slot
         concurrency_cap(scopes, state),
     )
     # A principal's result bytes are counted as the client gets them: after the result rules.

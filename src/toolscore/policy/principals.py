@@ -272,14 +272,28 @@ class PrincipalHooks:
     tools: PrincipalTools
     quotas: PrincipalQuotas
 
+    # Each quota hook is installed only where some section sets what it counts: a config of tool
+    # rules alone adds nothing to a call but the tools check.
+
     @property
-    def pre(self) -> tuple[PrincipalTools, _QuotaCheck]:
-        return self.tools, _QuotaCheck(self.quotas)
+    def pre(self) -> tuple[PrincipalTools | _QuotaCheck, ...]:
+        return (
+            (self.tools, _QuotaCheck(self.quotas))
+            if self._any("calls_per_minute", "calls_per_day", "result_bytes_per_day")
+            else (self.tools,)
+        )
+
+    @property
+    def wrap(self) -> PrincipalQuotas | None:
+        return self.quotas if self._any("concurrent") else None
 
     @property
     def post(self) -> tuple[_QuotaCount, ...]:
-        counted = any(r.quota.result_bytes_per_day is not None for r in self.quotas.sections.rules.values())
-        return (_QuotaCount(self.quotas),) if counted else ()
+        return (_QuotaCount(self.quotas),) if self._any("result_bytes_per_day") else ()
+
+    def _any(self, *limits: str) -> bool:
+        quotas = [rules.quota for rules in self.quotas.sections.rules.values()]
+        return any(getattr(quota, limit) is not None for quota in quotas for limit in limits)
 
 
 def principal_hooks(config: Config, directory: Directory, store: TokenStore | None) -> PrincipalHooks | None:

@@ -473,31 +473,17 @@ def stream_entries(url: str, *, prefix: str = "toolscore:") -> Iterator[tuple[st
 def read_stream(
     url: str, *, prefix: str = "toolscore:", warn: Callable[[str], None] | None = None
 ) -> Iterator[AuditRecord]:
-    """Every record in the shared audit stream, oldest first, read in chunks.
+    """Every record in the shared audit stream, oldest first, read in chunks (`stream_entries`).
 
     Raises:
         ConfigError: Redis cannot be reached.
     """
-    client = redis.Redis.from_url(url, socket_timeout=10.0)
-    key, start = f"{prefix}audit", "-"
-    try:
-        while True:
-            try:
-                # A client without decode_responses answers bytes: (entry id, {field: value}).
-                chunk = cast(list[tuple[bytes, dict[bytes, bytes]]], client.xrange(key, start, "+", _READ_CHUNK))
-            except redis.RedisError as exc:
-                raise ConfigError(f"cannot read the audit stream {key} at toolscore.state: {exc}") from None
-            for entry_id, fields in chunk:
-                try:
-                    yield AuditRecord.model_validate_json(fields[b"r"])
-                except (KeyError, ValueError):
-                    if warn is not None:
-                        warn(f"{key} {entry_id.decode()}: skipped an entry that is not an audit record")
-            if len(chunk) < _READ_CHUNK:
-                return
-            start = "(" + chunk[-1][0].decode()
-    finally:
-        client.close()
+    for where, body in stream_entries(url, prefix=prefix):
+        try:
+            yield AuditRecord.model_validate_json(body)
+        except ValueError:
+            if warn is not None:
+                warn(f"{where}: skipped an entry that is not an audit record")
 
 
 class RedisPinBook(PinBook):
