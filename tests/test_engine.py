@@ -287,7 +287,7 @@ async def test_a_failing_audit_sink_loses_the_record_not_the_downstream_result()
 async def test_every_record_names_its_caller(tmp_path: Path) -> None:
     """The docs say a console call's caller is `console`; the audit record had no caller field."""
     async with memory_gateway(tmp_path) as (gw, sink):
-        await gw.engine.execute("fx__echo", {"text": "hi"}, session_id=CONSOLE_CALLER)
+        await gw.engine.execute("fx__echo", {"text": "hi"}, scope=CallScope(CONSOLE_CALLER))
         assert sink.records[-1].caller == "console"
         async with Client(gw.server, mode="legacy") as client:
             await client.call_tool("fx__echo", {"text": "hi"})

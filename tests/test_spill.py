@@ -14,6 +14,7 @@ import pytest
 from mcp import Client, MCPError, StdioServerParameters
 
 from tests.conftest import TOOLSCORE, fixture_entry, text, write_config
+from toolscore.scope import CallScope
 from toolscore.spill import RESULTS_PREFIX, ResultStore, owner_of_caller, preview
 from toolscore.testing import FakeDownstream, memory_config, running_gateway
 
@@ -64,7 +65,7 @@ async def test_a_large_result_is_kept_and_previewed_and_read_whole_by_its_owner_
         assert text(await owner.call_tool("big__small", {})) == "tiny", "a small result goes as it is"
         asked = await owner.call_tool("big__rows", {}, meta={"io.toolscore/whole-result": True})
         assert asked.structured_content is not None and asked.structured_content["items"] == ROWS
-        planned = await gw.orchestrator({"plan": '<big><rows id="r" /><small>{}</small></big>'}, caller="c9")
+        planned = await gw.orchestrator({"plan": '<big><rows id="r" /><small>{}</small></big>'}, scope=CallScope("c9"))
         assert not planned.is_error and RESULTS_PREFIX not in text(planned), "plan steps are never cut"
         assert all(r.success for r in audit.records if r.tool == "big__rows")
 

@@ -1,6 +1,6 @@
 """The ToolExecutionEngine: every downstream call, in four phases, with one audit record.
 
-Theory of operation. `execute()` walks a call through
+Theory of operation. A call goes through
 
 1. **pre_validation**: the tool is routed, its server is connected, the arguments validate
    against the tool's inputSchema (an invalid call never reaches the downstream);
@@ -15,16 +15,21 @@ Any `ToolscoreError` moves the call to **error_handling**, where it becomes a to
 (`isError: true`) with a message a model can act on. Every path, a cancellation by the front
 client included, ends by writing exactly one audit record. The hook chains are fixed when the
 engine is built; nothing is resolved per call.
+
+The phases are written once (`_phases`), for two drivers: `execute` awaits each step that waits
+(a hook, the downstream call); `fly` returns a `Flight` whose caller sends the downstream call
+itself and resumes the phases from the server's reader (the front's express lane).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -60,6 +65,7 @@ __all__ = [
     "EngineSettings",
     "ExecutionContext",
     "ExecutionPhase",
+    "Flight",
     "PostExecutionHook",
     "PreExecutionHook",
     "ToolExecutionEngine",
@@ -94,11 +100,9 @@ class ExecutionContext:
     tool: str
     arguments: Arguments
     request_id: str | None = None
-    session_id: str | None = None
-    """The front client connection this call came from (rate limits per session)."""
     scope: CallScope = NO_CLIENT
-    """Who the call is for, as the downstream connection sees it (`toolscore.scope`): its client
-    receives the server's requests and logs during the call."""
+    """Who the call is for (`toolscore.scope`): its caller, for per-caller rules and the audit
+    record, and its client, which receives the server's requests and logs during the call."""
     confirm: ConfirmFn | None = field(default=None, repr=False)
     """Asks the user a yes/no question, when the front client can (elicitation)."""
     timeout: float | None = None
@@ -246,10 +250,39 @@ _STAND_IN = {flag: mcp_types.CallToolResult(content=[], is_error=flag) for flag 
 """What the wraps see of a result kept as bytes (`ExecutionContext.raw`): only whether it is an error."""
 
 
-def _timed_out(tool: str, server: str, seconds: float) -> CallTimeout:
-    return CallTimeout(
-        f"Tool '{tool}' did not answer within {seconds:g} s; the call was cancelled on server '{server}'."
-    )
+def _received(ctx: ExecutionContext, answer: RawResult | mcp_types.CallToolResult) -> mcp_types.CallToolResult:
+    """The server's answer as the later phases see it: bytes kept aside (`ctx.raw`), a stand-in read."""
+    if isinstance(answer, RawResult):
+        ctx.raw = answer
+        return _STAND_IN[answer.is_error]
+    return answer
+
+
+Step = Callable[[], Awaitable[Any]]
+"""A step of a call's phases that waits (a hook, the downstream call), for its driver to run."""
+CallFlow = Generator[Step, Any, "CallOutcome"]
+"""A call's phases (`ToolExecutionEngine._phases`): yields the steps that wait, returns the outcome."""
+
+
+async def _drive(flow: CallFlow) -> CallOutcome:
+    """The awaiting driver: each step awaited, its value sent back or its exception thrown in
+    (a cancellation included: the phases record it and raise it on)."""
+    try:
+        step = next(flow)
+        while True:
+            try:
+                value = await step()
+            except BaseException as exc:
+                step = flow.throw(exc)
+            else:
+                step = flow.send(value)
+    except StopIteration as done:
+        outcome: CallOutcome = done.value
+        return outcome
+
+
+class _Withdrawn(BaseException):
+    """Thrown into a flight's phases when its caller ends it as cancelled (`Flight.cancel`)."""
 
 
 def _describe_schema_error(err: Any) -> str:
@@ -311,6 +344,46 @@ class CallOutcome:
         """The server's result bytes, when the call asked for them (`keep_bytes`) and they stayed whole;
         `result` is then only a stand-in."""
         return self.context.raw
+
+
+class Flight:
+    """A call between its phases while its caller sends the downstream call itself: the callback
+    driver of `ToolExecutionEngine._phases` (the front's express lane). `ToolExecutionEngine.fly`
+    makes one; exactly one of `land`, `expire`, `cancel` or `abandon` ends it."""
+
+    __slots__ = ("_engine", "_flow", "ctx")
+
+    def __init__(self, ctx: ExecutionContext, flow: CallFlow, engine: ToolExecutionEngine) -> None:
+        self.ctx = ctx
+        """The call; `ctx.timeout` is the deadline its sender keeps."""
+        self._flow = flow
+        self._engine = engine
+
+    def land(self, outcome: RawResult | mcp_types.CallToolResult | ToolscoreError) -> CallOutcome:
+        """The server's answer, or the error that ended the call: the phases finish, the call is
+        audited, and the client's answer returned."""
+        try:
+            if isinstance(outcome, ToolscoreError):
+                self._flow.throw(outcome)
+            else:
+                self._flow.send(outcome)
+        except StopIteration as done:
+            result: CallOutcome = done.value
+            return result
+        raise RuntimeError("a call without hooks has no step after the downstream call")
+
+    def expire(self) -> CallOutcome:
+        """The deadline passed: the call ends with the timeout error (its server checked for being wedged)."""
+        return self.land(self._engine.timed_out(self.ctx))
+
+    def cancel(self) -> None:
+        """The client cancelled the call, or is gone: audited as cancelled, nothing to answer."""
+        with contextlib.suppress(_Withdrawn):
+            self._flow.throw(_Withdrawn())
+
+    def abandon(self) -> None:
+        """The call was never sent (`execute` runs it instead): nothing audited, its slot given back."""
+        self._flow.close()
 
 
 class ToolExecutionEngine:
@@ -380,35 +453,36 @@ class ToolExecutionEngine:
         self.keeps_raw_results = not self._post and all(getattr(w, "passes_results_through", False) for w in wrap_hooks)
         """Whether a call asking for it (`keep_bytes`) can get the server's result bytes."""
         self.hookless = not self._pre and not wrap_hooks and not self._post
-        """Whether no hook is installed: a caller may then send a call itself (`begin_sent`)."""
+        """Whether no hook is installed: a caller may then send a call itself (`fly`)."""
 
     async def execute(
         self,
         tool: str,
         arguments: Arguments | None = None,
         *,
+        scope: CallScope = NO_CLIENT,
         request_id: str | int | None = None,
         plan_id: str | None = None,
         timeout: float | None = None,
         progress: ProgressFn | None = None,
-        session_id: str | None = None,
         confirm: ConfirmFn | None = None,
         route: Route | None = None,
         invoke: Invoke | None = None,
         keep_bytes: bool = False,
-        scope: CallScope | None = None,
         spill: bool = False,
     ) -> CallOutcome:
-        """Run one call; never raises for anything a model could cause.
+        """Run one call; never raises for anything a model could cause. The awaiting driver of
+        the call's phases (`_phases`): each step that waits is awaited here.
 
         Args:
             tool: The public tool name.
             arguments: The call's arguments (None is `{}`).
+            scope: Who the call is for (`toolscore.scope`): its caller (per-caller rules, the cap
+                on calls in flight, the audit record) and its client's back-channel.
             request_id: The front request this call serves, for the audit log.
             plan_id: The plan this call is a step of.
             timeout: Seconds for this call, overriding the server's timeout.
             progress: Receives the downstream's progress notifications.
-            session_id: The front client connection, for per-session rules.
             confirm: Asks the user a yes/no question, if the front client can.
             route: The route, for a request that is not a listed tool (a resource read, as the
                 pseudo-tool `resources/read` of its server); with `invoke`, which sends it.
@@ -416,8 +490,6 @@ class ToolExecutionEngine:
                 result, goes through the post hooks like any other.
             keep_bytes: The result may stay the bytes the server wrote (`CallOutcome.raw`), when no
                 hook needs to read it and they mean the same to the client (`scope.version`).
-            scope: The front request's scope (its client's back-channel); by default one with
-                `session_id` as its caller and no client to ask.
             spill: A result over its server's `spill_bytes` is kept and previewed (`ExecutionContext.spill`).
 
         Returns:
@@ -429,27 +501,52 @@ class ToolExecutionEngine:
             arguments=dict(arguments or {}),
             request_id=None if request_id is None else str(request_id),
             plan_id=plan_id,
-            session_id=session_id,
             confirm=confirm,
             progress=progress,
             invoke=invoke,
             route=route,
             keep_bytes=keep_bytes and self.keeps_raw_results,
             spill=spill,
-            scope=scope if scope is not None else NO_CLIENT if session_id is None else CallScope(session_id),
+            scope=scope,
         )
-        caller = session_id if plan_id is None else None  # a plan's steps are its one call's
-        if caller is not None and not self.take_slot(caller):
-            return self._over_cap(ctx)
+        flow = self._phases(ctx, timeout, held=plan_id is None)  # a plan's steps are its one call's
+        traced = tracing.tracer  # None unless tracing is on: then this read is the whole cost
+        if traced is None:
+            return await _drive(flow)
+        with traced.call(ctx):
+            return await _drive(flow)
+
+    def fly(
+        self, tool: str, route: Route, arguments: Arguments, *, request_id: str | int, scope: CallScope, spill: bool
+    ) -> Flight | CallOutcome:
+        """Begin a call whose downstream step its caller sends itself (the front's express lane):
+        the callback driver of the call's phases. Only while `hookless`, so the one step that
+        waits is the downstream call.
+
+        Returns:
+            The call at its downstream step (`Flight`: send it with `ctx.timeout` as its deadline,
+            then end it with one of its methods), or the call's outcome where it ended before
+            (over the caller's cap, arguments refused), audited and ready to answer.
+        """
+        if not self.hookless:
+            raise RuntimeError("a call with hooks installed is driven by `execute`")
+        ctx = ExecutionContext(
+            call_id=f"{_process_tag}-{next(_call_ids)}",
+            tool=tool,
+            arguments=arguments,
+            request_id=str(request_id),
+            route=route,
+            keep_bytes=True,
+            spill=spill,
+            scope=scope,
+        )
+        flow = self._phases(ctx, None, held=True)
         try:
-            traced = tracing.tracer  # None unless tracing is on: then this read is the whole cost
-            if traced is None:
-                return await self._execute(ctx, timeout)
-            with traced.call(ctx):
-                return await self._execute(ctx, timeout)
-        finally:
-            if caller is not None:
-                self.give_slot(caller)
+            next(flow)
+        except StopIteration as done:
+            outcome: CallOutcome = done.value
+            return outcome
+        return Flight(ctx, flow, self)
 
     def take_slot(self, caller: str) -> bool:
         """Hold one of `caller`'s calls in flight (a passthrough call, or a front call such as
@@ -481,18 +578,60 @@ class ToolExecutionEngine:
             "toolscore.max_calls_in_flight allows; retry once some have finished"
         )
 
-    def _over_cap(self, ctx: ExecutionContext) -> CallOutcome:
-        """The answer to a call over its caller's cap, at once: nothing waits, nothing is queued
-        (the caller's other calls may be waiting on this same client, for its sampling answer)."""
-        ctx.error = Rejected(self.over_cap_text(), hook="in_flight")
-        ctx.phase = ExecutionPhase.ERROR_HANDLING
-        ctx.result = self._error_result(ctx.error)
-        self._finish(ctx)
-        return CallOutcome(ctx.result, ctx)
+    def _phases(self, ctx: ExecutionContext, timeout: float | None, *, held: bool) -> CallFlow:
+        """The four phases of one call, written once for the engine's two drivers.
 
-    async def _execute(self, ctx: ExecutionContext, timeout: float | None) -> CallOutcome:
+        The phases do not wait themselves: each step that waits (a hook, the downstream call) is
+        yielded as a zero-argument coroutine function, and its driver sends back the step's value
+        or throws its exception in. `execute` awaits each step; a `Flight` (the express lane)
+        sends the downstream call itself and resumes the phases from the server's reader. The
+        value returned is the call's outcome, its audit record written.
+
+        Args:
+            ctx: The call.
+            timeout: Seconds for the downstream call, overriding the server's.
+            held: The call counts against its caller's cap on calls in flight.
+        """
+        # The rules this call runs under, read together (`reconfigure` replaces them as a whole).
+        settings, pre, chain, post_hooks = self._settings, self._pre, self._execute_chain, self._post
+        caller = ctx.scope.caller if held else None
+        holding: str | None = None  # the caller whose slot this call holds
         try:
-            ctx.result = await self._run(ctx, timeout)
+            # 1. pre-validation
+            route = self._validate(ctx)
+            if caller is not None:
+                # Over the cap, the call is answered at once: nothing waits, nothing is queued
+                # (the caller's other calls may be waiting on this same client, for its sampling answer).
+                if not self.take_slot(caller):
+                    raise Rejected(self.over_cap_text(), hook="in_flight")
+                holding = caller
+            self._estimate(ctx)
+
+            # 2. pre-execution: constraint hooks
+            self._enter(ctx, ExecutionPhase.PRE_EXECUTION)
+            result: mcp_types.CallToolResult | None = None
+            for hook in pre:
+                result = yield functools.partial(hook, ctx)
+                if result is not None:
+                    ctx.answered_by = hook.name
+                    break
+
+            # 3. execution, inside the wrap hooks
+            if result is None:
+                self._enter(ctx, ExecutionPhase.EXECUTION)
+                ctx.timeout = (
+                    timeout
+                    if timeout is not None
+                    else settings.server_timeouts.get(route.server, settings.default_timeout)
+                )
+                result = _received(ctx, (yield functools.partial(chain, ctx)))
+
+            # 4. post-execution
+            self._enter(ctx, ExecutionPhase.POST_EXECUTION)
+            for post in post_hooks:
+                result = yield functools.partial(post, ctx, result)
+            self._account(ctx, result)
+            ctx.result = result
         except InputRequired as exc:
             # The front answers with the question; the client's retry is a new call.
             ctx.error = exc
@@ -501,25 +640,50 @@ class ToolExecutionEngine:
         except ToolscoreError as exc:
             if isinstance(exc, Rejected):
                 ctx.violations.append(f"{exc.hook}: {exc.reason}")
-            ctx.error = exc
-            ctx.phase = ExecutionPhase.ERROR_HANDLING
-            if ctx.trace is not None:
-                ctx.trace(ctx.phase.value)
-            ctx.result = self._error_result(exc)
-        except anyio.get_cancelled_exc_class():
-            ctx.cancelled = True
-            self._finish(ctx)
-            raise
+            return self._failed(ctx, exc)
         except Exception as exc:
             # A bug in toolscore or a hook: audit it, and let the front's boundary answer it.
             ctx.error = ToolscoreError(f"internal error: {type(exc).__name__}")
             self._finish(ctx)
             raise
+        except GeneratorExit:
+            raise  # given back unsent by its driver (`Flight.abandon`): whoever runs it audits it
+        except BaseException:
+            # A cancellation, by the client or an enclosing scope (or `Flight.cancel`).
+            ctx.cancelled = True
+            self._finish(ctx)
+            raise
+        finally:
+            if holding is not None:
+                self.give_slot(holding)
         if ctx.spill:
-            self._spill(ctx)
+            self._spill(ctx)  # the result may become its preview
         self._finish(ctx)
-        assert ctx.result is not None
         return CallOutcome(ctx.result, ctx)
+
+    def _enter(self, ctx: ExecutionContext, phase: ExecutionPhase) -> None:
+        ctx.phase = phase
+        if ctx.trace is not None:
+            ctx.trace(phase.value)
+
+    def _failed(self, ctx: ExecutionContext, exc: ToolscoreError) -> CallOutcome:
+        """The end of a call the gateway failed: error handling, the error result, the audit record."""
+        ctx.error = exc
+        self._enter(ctx, ExecutionPhase.ERROR_HANDLING)
+        message = str(exc)
+        ctx.result = error_result(message if self._redact is None else self._redact(message))
+        self._finish(ctx)
+        return CallOutcome(ctx.result, ctx)
+
+    def timed_out(self, ctx: ExecutionContext) -> CallTimeout:
+        """The error of a call whose downstream step ran past `ctx.timeout`; its server is checked
+        for being wedged."""
+        assert ctx.route is not None and ctx.timeout is not None
+        self._tools.call_timed_out(ctx.route.server, ctx.scope.caller)
+        return CallTimeout(
+            f"Tool '{ctx.tool}' did not answer within {ctx.timeout:g} s; the call was cancelled on server "
+            f"'{ctx.route.server}'."
+        )
 
     def _spill(self, ctx: ExecutionContext) -> None:
         """Keep a result over its server's `spill_bytes` and answer with its preview (`toolscore.spill`)."""
@@ -542,94 +706,11 @@ class ToolExecutionEngine:
         size = len(body.encode()) if size is None else size
         if size <= limit:
             return
-        uri = results.put(owner_of_caller(ctx.scope.caller or ctx.session_id), body)
+        uri = results.put(owner_of_caller(ctx.scope.caller), body)
         if uri is None:
             return  # over the store's whole cap: it goes as it is
         ctx.raw, ctx.spilled = None, uri
         ctx.result = preview(model, uri, size)
-
-    def begin_sent(
-        self,
-        tool: str,
-        route: Route,
-        arguments: Arguments,
-        *,
-        request_id: str | int,
-        session_id: str,
-        scope: CallScope | None = None,
-        spill: bool = False,
-    ) -> ExecutionContext | None:
-        """Phases 1 and 2 of a call its caller sends and waits for itself (the front's express lane).
-
-        Only while no hook is installed (`hookless`), so nothing in phases 2-4 can await, and
-        only for a call that passes pre-validation: else None, and `execute` runs it (and says
-        what is wrong). The caller then sends the call (`Downstream.send`) with `ctx.timeout` as
-        its deadline, and hands its outcome to `end_sent`, which audits it as `execute` would;
-        or, where it could not be sent, gives the call back (`abandon_sent`) for `execute`.
-        """
-        if not self.hookless or route.schema_errors(arguments):
-            return None
-        if not self.take_slot(session_id):
-            return None  # `execute` answers it (over the cap)
-        ctx = ExecutionContext(
-            call_id=f"{_process_tag}-{next(_call_ids)}",
-            tool=tool,
-            arguments=arguments,
-            request_id=str(request_id),
-            session_id=session_id,
-            route=route,
-            keep_bytes=True,
-            spill=spill,
-            scope=scope if scope is not None else CallScope(session_id),
-        )
-        self._estimate(ctx)
-        ctx.phase = ExecutionPhase.EXECUTION
-        ctx.timeout = self._settings.server_timeouts.get(route.server, self._settings.default_timeout)
-        return ctx
-
-    def end_sent(
-        self, ctx: ExecutionContext, outcome: RawResult | mcp_types.CallToolResult | ToolscoreError | None
-    ) -> CallOutcome | None:
-        """Phases 3 (its end) and 4 of a call begun with `begin_sent`: its outcome (None: it was
-        cancelled) accounted for and audited. The client's answer, or None for a cancelled call."""
-        self.abandon_sent(ctx)
-        if outcome is None:
-            ctx.cancelled = True
-            self._finish(ctx)
-            return None
-        if isinstance(outcome, ToolscoreError):
-            ctx.error = outcome
-            ctx.phase = ExecutionPhase.ERROR_HANDLING
-            ctx.result = self._error_result(outcome)
-        else:
-            if isinstance(outcome, RawResult):
-                ctx.raw = outcome
-                outcome = _STAND_IN[outcome.is_error]
-            ctx.phase = ExecutionPhase.POST_EXECUTION
-            self._account(ctx, outcome)
-            ctx.result = outcome
-            if ctx.spill:
-                self._spill(ctx)
-        self._finish(ctx)
-        return CallOutcome(ctx.result, ctx)
-
-    def abandon_sent(self, ctx: ExecutionContext) -> None:
-        """A call begun with `begin_sent` is no longer in flight there: it was never sent (`execute`
-        takes it), or it ended (`end_sent` calls this)."""
-        if ctx.session_id is not None:
-            self.give_slot(ctx.session_id)
-
-    def _error_result(self, exc: ToolscoreError) -> mcp_types.CallToolResult:
-        """The client's answer for a call that failed in the gateway: the error's text, redacted."""
-        message = str(exc)
-        return error_result(message if self._redact is None else self._redact(message))
-
-    def sent_timed_out(self, ctx: ExecutionContext) -> CallTimeout:
-        """The error of a call begun with `begin_sent` that ran past `ctx.timeout` (for `end_sent`),
-        as `execute` raises it; the server is checked for being wedged."""
-        assert ctx.route is not None and ctx.timeout is not None
-        self._tools.call_timed_out(ctx.route.server, ctx.session_id)
-        return _timed_out(ctx.tool, ctx.route.server, ctx.timeout)
 
     def _estimate(self, ctx: ExecutionContext) -> None:
         ctx.input_tokens = arguments_tokens(ctx.arguments)
@@ -644,51 +725,13 @@ class ToolExecutionEngine:
             output_tokens if previous is None else previous + _EMA_WEIGHT * (output_tokens - previous)
         )
 
-    async def _run(self, ctx: ExecutionContext, timeout: float | None) -> mcp_types.CallToolResult:
-        # The rules this call runs under, read together (`reconfigure` replaces them as a whole).
-        settings, pre, chain, post_hooks = self._settings, self._pre, self._execute_chain, self._post
-        # 1. pre-validation
-        route = self._validate(ctx)
-        self._estimate(ctx)
-
-        # 2. pre-execution: constraint hooks
-        ctx.phase = ExecutionPhase.PRE_EXECUTION
-        if ctx.trace is not None:
-            ctx.trace(ctx.phase.value)
-        result: mcp_types.CallToolResult | None = None
-        for hook in pre:
-            result = await hook(ctx)
-            if result is not None:
-                ctx.answered_by = hook.name
-                break
-
-        # 3. execution, inside the wrap hooks
-        if result is None:
-            ctx.phase = ExecutionPhase.EXECUTION
-            if ctx.trace is not None:
-                ctx.trace(ctx.phase.value)
-            ctx.timeout = (
-                timeout if timeout is not None else settings.server_timeouts.get(route.server, settings.default_timeout)
-            )
-            result = await chain(ctx)
-
-        # 4. post-execution
-        ctx.phase = ExecutionPhase.POST_EXECUTION
-        if ctx.trace is not None:
-            ctx.trace(ctx.phase.value)
-        for post in post_hooks:
-            result = await post(ctx, result)
-        self._account(ctx, result)
-        return result
-
     async def _downstream(self, ctx: ExecutionContext) -> mcp_types.CallToolResult:
         """The innermost step of phase 3: the downstream call under its deadline."""
         assert ctx.route is not None and ctx.timeout is not None
-        deadline = ctx.timeout
         # A bare cancel scope: `fail_after` is the same scope inside a generator-based context
         # manager, which costs more than the scope itself on every call.
         try:
-            with anyio.CancelScope(deadline=anyio.current_time() + deadline):
+            with anyio.CancelScope(deadline=anyio.current_time() + ctx.timeout):
                 if ctx.invoke is not None:
                     return await ctx.invoke()
                 answer = await self._call(
@@ -699,15 +742,11 @@ class ToolExecutionEngine:
                     scope=ctx.scope,
                     keep_bytes=ctx.keep_bytes,
                 )
-                if isinstance(answer, RawResult):
-                    ctx.raw = answer
-                    return _STAND_IN[answer.is_error]
-                return answer
+                return _received(ctx, answer)
         except TimeoutError:  # a deadline inside the call, as the SDK's own
             pass
         # Here the deadline passed: a cancellation from outside passes through this scope.
-        self._tools.call_timed_out(ctx.route.server, ctx.session_id)
-        raise _timed_out(ctx.tool, ctx.route.server, deadline)
+        raise self.timed_out(ctx)
 
     def _validate(self, ctx: ExecutionContext) -> Route:
         registry = self._tools.registry

@@ -33,6 +33,7 @@ from toolscore.loop.tool import DELEGATE, Delegator
 from toolscore.plan.tool import ORCHESTRATE, Orchestrator
 from toolscore.policy import Policy, RedactingAuditSink, build_policy
 from toolscore.policy.principals import Directory
+from toolscore.scope import CallScope
 from toolscore.spill import ResultStore
 from toolscore.state import open_state
 from toolscore.telemetry import tracing
@@ -162,8 +163,8 @@ def http_pages(gateway: Gateway) -> dict[str, ASGIApp]:
 
         async def call(tool: str, arguments: dict[str, Any]) -> mcp_types.CallToolResult:
             if tool == ORCHESTRATE:
-                return await gateway.orchestrator(arguments, caller=CONSOLE_CALLER)
-            return (await gateway.engine.execute(tool, arguments, session_id=CONSOLE_CALLER)).result
+                return await gateway.orchestrator(arguments, scope=CallScope(CONSOLE_CALLER))
+            return (await gateway.engine.execute(tool, arguments, scope=CallScope(CONSOLE_CALLER))).result
 
         pages.update(
             console_pages(

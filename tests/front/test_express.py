@@ -94,6 +94,35 @@ async def test_a_client_gone_mid_call_has_its_express_calls_withdrawn(tmp_path: 
     await appears(tmp_path / "cancelled.log")
 
 
+async def test_calls_ended_before_they_are_sent_are_answered_on_the_lane_as_on_the_hot_path(tmp_path: Path) -> None:
+    # Arguments the schema refuses, and a call over its caller's cap: the same phases end both
+    # lanes' calls, with the same words and the same audit record.
+    config = corpus_config(tmp_path)
+    data = json.loads(config.read_text())
+    data.setdefault("toolscore", {})["max_calls_in_flight"] = 1
+    config.write_text(json.dumps(data))
+    async with gateway_in_process(config) as client:
+        lane = await _lane(client)
+        express = await client.call(1, "c__case", {"name": 7})
+        hot = await client.call(2, "c__case", {"name": 7}, _meta={})
+        assert result_bytes(express, 1) == result_bytes(hot, 2)
+        assert json.loads(express)["result"]["isError"] is True
+        await client.start(3, "c__sleep", {"seconds": 30})  # holds the caller's one slot
+        with anyio.fail_after(60):
+            while not len(lane):  # noqa: ASYNC110 - nothing to wait on but the table
+                await anyio.sleep(0.01)
+        over = await client.call(4, "c__case", {"name": "text"})
+        over_hot = await client.call(5, "c__case", {"name": "text"}, _meta={})
+        assert result_bytes(over, 4) == result_bytes(over_hot, 5)
+        assert "max_calls_in_flight" in json.loads(over)["result"]["content"][0]["text"]
+        assert lane.sent == 1  # only the call that went to the server
+        await client.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 3}})
+    records = [r for r in audit(tmp_path) if r["tool"] == "c__case"]
+    assert len(records) == 4
+    assert _steady(records[0]) == _steady(records[1]) and records[0]["error_kind"] == "invalid_arguments"
+    assert _steady(records[2]) == _steady(records[3]) and records[2]["error_kind"] == "rejected"
+
+
 async def test_calls_the_lane_cannot_vouch_for_take_the_hot_path(tmp_path: Path) -> None:
     servers = {"c": json.loads(corpus_config(tmp_path).read_text())["mcpServers"]["c"]}
     servers["iso"] = fixture_entry(tmp_path, isolation="session")

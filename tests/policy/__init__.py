@@ -18,6 +18,7 @@ from tests.conftest import memory_gateway, text
 from tests.fixtures.fixture_server import BASE_TOOLS
 from toolscore import Config, ExecutionContext, MemoryAuditSink
 from toolscore.downstream.registry import Registry, Route, build_registry
+from toolscore.scope import CallScope
 from toolscore.testing import memory_config
 
 
@@ -66,5 +67,5 @@ def route(cfg: Config, name: str) -> Route:
 def context(route: Route, arguments: dict[str, Any] | None = None, *, session: str | None = None) -> ExecutionContext:
     """A call to `route` as the engine hands it to hooks, after validation."""
     return ExecutionContext(
-        call_id="test", tool=route.public_name, arguments=arguments or {}, route=route, session_id=session
+        call_id="test", tool=route.public_name, arguments=arguments or {}, route=route, scope=CallScope(session)
     )

@@ -11,6 +11,7 @@ import pytest
 
 from tests.conftest import text
 from toolscore.policy.principals import principal_of
+from toolscore.scope import CallScope
 from toolscore.testing import FakeDownstream, running_gateway
 
 pytestmark = pytest.mark.anyio
@@ -48,15 +49,15 @@ async def test_a_principal_sees_its_own_rules_and_others_only_the_global_ones() 
     async with running_gateway({"fx": _fake()}, constraints=_constraints(rules)) as (gw, _):
         assert gw.roles is not None
         gw.roles.note("bob", ["readonly"])
-        alice_write = await gw.engine.execute("fx__write", {"text": "x"}, session_id=ALICE)
+        alice_write = await gw.engine.execute("fx__write", {"text": "x"}, scope=CallScope(ALICE))
         assert alice_write.context.error is not None, text(alice_write.result)
         assert "not among those allowed to alice" in text(alice_write.result)
-        assert (await gw.engine.execute("fx__read", {"text": "ok"}, session_id=ALICE)).result.is_error is False
-        bob_write = await gw.engine.execute("fx__write", {}, session_id=BOB)  # a session bob opened
+        assert (await gw.engine.execute("fx__read", {"text": "ok"}, scope=CallScope(ALICE))).result.is_error is False
+        bob_write = await gw.engine.execute("fx__write", {}, scope=CallScope(BOB))  # a session bob opened
         assert "denied to role:readonly" in text(bob_write.result)
-        carl = await gw.engine.execute("fx__write", {"text": "y"}, session_id=CARL)  # no section: global rules
+        carl = await gw.engine.execute("fx__write", {"text": "y"}, scope=CallScope(CARL))  # no section: global rules
         assert text(carl.result) == "wrote y"
-        stdio = await gw.engine.execute("fx__write", {"text": "z"}, session_id="c1")  # no principal at all
+        stdio = await gw.engine.execute("fx__write", {"text": "z"}, scope=CallScope("c1"))  # no principal at all
         assert text(stdio.result) == "wrote z"
 
 
@@ -65,10 +66,10 @@ async def test_a_plan_is_checked_against_the_principals_rules_before_any_step_ru
     rules = {"alice": {"tools": {"deny": ["fx__write"]}}}
     async with running_gateway({"fx": fake}, constraints=_constraints(rules)) as (gw, _):
         plan = '<fx><read>{"text": "first"}</read><write>{"text": "second"}</write></fx>'
-        refused = await gw.orchestrator({"plan": plan}, caller=ALICE)
+        refused = await gw.orchestrator({"plan": plan}, scope=CallScope(ALICE))
         assert refused.is_error and "denied to alice" in text(refused), text(refused)
         assert fake.calls == [], "no step ran"
-        allowed = await gw.orchestrator({"plan": plan}, caller=CARL)
+        allowed = await gw.orchestrator({"plan": plan}, scope=CallScope(CARL))
         assert not allowed.is_error, text(allowed)
         assert [name for name, _ in fake.calls] == ["read", "write"]
 
@@ -78,23 +79,23 @@ async def test_calls_a_minute_and_a_day_are_counted_per_principal_and_the_refusa
     async with running_gateway({"fx": _fake()}, constraints=_constraints(rules)) as (gw, _):
         assert gw.roles is not None
         for _ in range(2):
-            assert not (await gw.engine.execute("fx__read", {}, session_id=ALICE)).result.is_error
-        third = await gw.engine.execute("fx__read", {}, session_id=ALICE)
+            assert not (await gw.engine.execute("fx__read", {}, scope=CallScope(ALICE))).result.is_error
+        third = await gw.engine.execute("fx__read", {}, scope=CallScope(ALICE))
         assert "alice's quota of 2 calls a minute is used; try again in" in text(third.result)
-        other = await gw.engine.execute("fx__read", {}, session_id=CARL)  # carl has his own count (none here)
+        other = await gw.engine.execute("fx__read", {}, scope=CallScope(CARL))  # carl has his own count (none here)
         assert not other.result.is_error
         gw.roles.note("dora", ["trial"])
-        assert not (await gw.engine.execute("fx__read", {}, session_id="principal:dora")).result.is_error
-        again = await gw.engine.execute("fx__read", {}, session_id="principal:dora/c9")
+        assert not (await gw.engine.execute("fx__read", {}, scope=CallScope("principal:dora"))).result.is_error
+        again = await gw.engine.execute("fx__read", {}, scope=CallScope("principal:dora/c9"))
         assert "role:trial's quota of 1 calls a day is used; resets at 00:00 UTC" in text(again.result)
 
 
 async def test_result_bytes_a_day_refuse_the_call_after_the_one_that_crossed_the_line() -> None:
     rules = {"alice": {"quota": {"result_bytes_per_day": 100}}}
     async with running_gateway({"fx": _fake()}, constraints=_constraints(rules)) as (gw, _):
-        big = await gw.engine.execute("fx__read", {"text": "x" * 200}, session_id=ALICE)
+        big = await gw.engine.execute("fx__read", {"text": "x" * 200}, scope=CallScope(ALICE))
         assert text(big.result) == "x" * 200, "the call that crosses the line is answered"
-        after = await gw.engine.execute("fx__read", {"text": "small"}, session_id=ALICE)
+        after = await gw.engine.execute("fx__read", {"text": "small"}, scope=CallScope(ALICE))
         assert "alice's quota of 100 result bytes a day is used" in text(after.result)
 
 
@@ -114,13 +115,13 @@ async def test_concurrent_calls_over_the_quota_are_refused_at_once() -> None:
         async with anyio.create_task_group() as tg:
 
             async def first() -> None:
-                results.append(text((await gw.engine.execute("fx__hold", {}, session_id=ALICE)).result))
+                results.append(text((await gw.engine.execute("fx__hold", {}, scope=CallScope(ALICE))).result))
 
             tg.start_soon(first)
             with anyio.fail_after(HANG):
                 await started.wait()
-            second = await gw.engine.execute("fx__read", {}, session_id=ALICE)
+            second = await gw.engine.execute("fx__read", {}, scope=CallScope(ALICE))
             assert "alice already has 1 calls running, its quota" in text(second.result)
             release.set()
         assert results == ["held"]
-        assert not (await gw.engine.execute("fx__read", {}, session_id=ALICE)).result.is_error
+        assert not (await gw.engine.execute("fx__read", {}, scope=CallScope(ALICE))).result.is_error

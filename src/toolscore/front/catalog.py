@@ -224,7 +224,6 @@ class CatalogHandlers:
                 READ_TOOL,
                 {"uri": original},
                 request_id=ctx.request_id,
-                session_id=caller,
                 route=_read_route(hub, name),
                 invoke=invoke,
                 scope=scope,

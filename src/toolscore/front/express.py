@@ -5,12 +5,14 @@ for the call, waits on the downstream's answer, and wakes again to write it, eac
 through the event loop with its cancel scopes and futures. While no engine hook is installed,
 nothing between the request and the answer needs to wait on anything but the server, so here:
 
-- the front's reader decodes the call (`fast.decode_call`), runs pre-validation
-  (`ToolExecutionEngine.begin_sent`), writes the request on the downstream's pipe
-  (`Downstream.send`, the callback driver of the connection's one call seam) and reads on;
-- the downstream's reader, which reads the answer, hands it here: the engine ends the call
-  (`end_sent`: tokens, audit) and the answer is written to the client from that reader, the
-  server's result bytes spliced in as on the hot path.
+- the front's reader decodes the call (`fast.decode_call`), begins its phases
+  (`ToolExecutionEngine.fly`, the callback driver of the engine's one call lifecycle), writes
+  the request on the downstream's pipe (`Downstream.send`, the callback driver of the
+  connection's one call seam) and reads on;
+- the downstream's reader, which reads the answer, hands it here: the call's phases finish
+  (`Flight.land`: tokens, audit) and the answer is written to the client from that reader, the
+  server's result bytes spliced in as on the hot path. A call that ends before it is sent (its
+  arguments refused, its caller over the cap) is answered here the same way.
 
 Neither reader ever waits here: a write happens only if the pipe takes the whole line at once
 (`LineWriter.write_now`). A request it cannot take goes to the hot path instead, unsent; an
@@ -42,7 +44,7 @@ import mcp_types
 import structlog
 from anyio.abc import TaskGroup
 
-from toolscore._engine import ExecutionContext, ToolExecutionEngine
+from toolscore._engine import CallOutcome, Flight, ToolExecutionEngine
 from toolscore.downstream.backchannel import Peer
 from toolscore.downstream.connection import Downstream, SentCall
 from toolscore.downstream.raw import RawResult
@@ -78,7 +80,7 @@ class _Pending:
     """One call sent and not yet answered."""
 
     request_id: int | str
-    ctx: ExecutionContext
+    flight: Flight
     call: SentCall | None = None
     """The call as the connection sent it (None until it is sent)."""
     timer: asyncio.TimerHandle | None = None
@@ -95,22 +97,21 @@ class ExpressLane:
         resolve: Resolve,
         *,
         version: str,
-        session_id: str,
+        caller: str,
         peer: Peer,
     ) -> None:
         """Args:
         engine: Runs the calls' phases and audits them.
         resolve: Where a tool's calls go, if they may go express.
         version: The client's protocol version (a server's result bytes are kept only at the same).
-        session_id: The client connection, as the engine knows callers.
+        caller: The client connection, as the engine knows callers.
         peer: The client, as the servers see it during its calls.
         """
         self._engine = engine
         self._resolve = resolve
         self._version = version
-        self._session_id = session_id
         # One scope for the connection's every express call: nothing more is made per call.
-        self._scope = CallScope(session_id, peer, version)
+        self._scope = CallScope(caller, peer, version)
         self._pending: dict[int | str, _Pending] = {}
         self.sent = 0
         """Calls sent on this lane so far."""
@@ -135,40 +136,42 @@ class ExpressLane:
         params = job.params
         if params.meta is not None:
             return False
-        ctx = None
+        flight = None
         try:
             found = self._resolve(params.name, self._version)
             if found is None:
                 return False
             route, downstream = found
             arguments = params.arguments if params.arguments is not None else {}
-            ctx = self._engine.begin_sent(
+            flight = self._engine.fly(
                 params.name,
                 route,
                 arguments,
                 request_id=job.id,
-                session_id=self._session_id,
                 scope=self._scope,
                 spill=True,  # a call here carries no `_meta`: nothing asked for the whole result
             )
-            if ctx is None:
-                return False
-            pending = _Pending(job.id, ctx)
+            if isinstance(flight, CallOutcome):  # ended before it was sent: answered as it is
+                self._out, self._tg = out, tg
+                self._send(encode_answer(job.id, params.name, flight, self._version, b"\n"))
+                return True
+            pending = _Pending(job.id, flight)
             pending.call = downstream.send(route.remote_name, arguments, self._scope, partial(self._answered, pending))
         except Exception:  # a bug, before anything was sent: the hot path answers the call
             log.exception("express lane failed; the call takes the hot path", tool=params.name)
-            if ctx is not None:
-                self._engine.abandon_sent(ctx)
+            if isinstance(flight, Flight):
+                flight.abandon()
             return False
         if pending.call is None:  # it cannot go this way now (the pipe is full, ...): the hot path's
-            self._engine.abandon_sent(ctx)
+            flight.abandon()
             return False
         self._out, self._tg = out, tg
         self._pending[job.id] = pending
         self.sent += 1
-        assert ctx.timeout is not None
+        timeout = flight.ctx.timeout
+        assert timeout is not None
         loop = asyncio.get_running_loop()
-        pending.timer = loop.call_at(loop.time() + ctx.timeout, self._expire, pending)
+        pending.timer = loop.call_at(loop.time() + timeout, self._expire, pending)
         return True
 
     def cancel(self, request_id: int | str) -> bool:
@@ -177,7 +180,7 @@ class ExpressLane:
         pending = self._pending.get(request_id)
         if pending is None or not self._end(pending):
             return False
-        self._engine.end_sent(pending.ctx, None)
+        pending.flight.cancel()
         assert pending.call is not None
         self._later(pending.call.withdraw)
         return True
@@ -186,7 +189,7 @@ class ExpressLane:
         """The client is gone: every call still out ends as cancelled, and its server is told."""
         for pending in list(self._pending.values()):
             if self._end(pending):
-                self._engine.end_sent(pending.ctx, None)
+                pending.flight.cancel()
                 assert pending.call is not None
                 await pending.call.withdraw()
 
@@ -210,10 +213,9 @@ class ExpressLane:
         """The server's answer, or the error that ended the call (its connection lost), from its reader."""
         if not self._end(pending):
             return
-        tool = pending.ctx.tool
+        tool = pending.flight.ctx.tool
         try:
-            done = self._engine.end_sent(pending.ctx, outcome)
-            assert done is not None
+            done = pending.flight.land(outcome)
             line = encode_answer(pending.request_id, tool, done, self._version, b"\n")
         except Exception:  # the SDK path's boundary: a bug is logged and answered, never raised into the reader
             line = encode_answer(pending.request_id, tool, internal_error(tool), self._version, b"\n")
@@ -223,9 +225,8 @@ class ExpressLane:
         """The deadline passed: the server is told, and the client answered with the timeout."""
         if not self._end(pending):
             return
-        done = self._engine.end_sent(pending.ctx, self._engine.sent_timed_out(pending.ctx))
-        assert done is not None
-        line = encode_answer(pending.request_id, pending.ctx.tool, done, self._version, b"\n")
+        done = pending.flight.expire()
+        line = encode_answer(pending.request_id, pending.flight.ctx.tool, done, self._version, b"\n")
         self._later(self._withdraw_then_send, pending, line)
 
     async def _withdraw_then_send(self, pending: _Pending, line: bytes) -> None:

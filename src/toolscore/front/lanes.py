@@ -25,9 +25,11 @@ Express rules, all of which must hold, else the hot path takes the call:
 - its server is shared, not one instance per client (`isolation: "session"` picks an instance);
 - its tool does not require a task (`execution.taskSupport: "required"`);
 - its connection takes sent calls at the client's version now (`Downstream.keeps_bytes`: a stdio
-  pipe at that version, up, its breaker closed);
-- the arguments pass the tool's schema and the caller is under its cap (`begin_sent`, which
-  otherwise gives the call back for `execute` to word the refusal).
+  pipe at that version, up, its breaker closed).
+
+On every lane the call goes through the same phases (`ToolExecutionEngine._phases`): a call the
+express lane takes whose arguments are refused, or whose caller is over its cap, is answered there
+with the words and the audit record any lane gives it.
 """
 
 from __future__ import annotations

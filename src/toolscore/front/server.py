@@ -371,7 +371,7 @@ class ToolHandlers:
                     log.warning("episode store unreachable: the plan runs without restoring", exc_info=True)
             with tracing.plan_span() as span:
                 answer = await self._orchestrator(
-                    params.arguments, progress=progress, request_id=ctx.request_id, caller=caller, scope=scope
+                    params.arguments, progress=progress, request_id=ctx.request_id, scope=scope
                 )
                 if span is not None:
                     tracing.plan_attributes(span, answer)
@@ -390,7 +390,6 @@ class ToolHandlers:
             done = await delegator(
                 params.arguments,
                 progress=progress,
-                caller=caller,
                 scope=scope,
                 sampler=_sampler(ctx),
                 input_sampling=_samples_by_input(ctx),
@@ -403,7 +402,6 @@ class ToolHandlers:
                 params.name,
                 params.arguments,
                 request_id=ctx.request_id,
-                caller=caller,
                 scope=scope,
                 confirm=_confirmer(ctx),
                 progress=progress,
@@ -436,7 +434,6 @@ class ToolHandlers:
             params.arguments,
             request_id=ctx.request_id,
             progress=progress,
-            session_id=scope.caller,
             confirm=confirmer(ctx, params, scope.caller or "", self._sealer),
             keep_bytes=keep_bytes,
             scope=scope,
@@ -474,7 +471,7 @@ class ToolHandlers:
             self._engine,
             lanes.express,
             version=ctx.protocol_version,
-            session_id=self._callers.identify(ctx),
+            caller=self._callers.identify(ctx),
             peer=self._peer_for(ctx),
         )
 

@@ -262,7 +262,6 @@ class TaskHandlers:
                 RESULT_TOOL,
                 {"taskId": own_id},
                 request_id=ctx.request_id,
-                session_id=caller,
                 route=_result_route(hub, name),
                 invoke=invoke,
                 scope=scope,

@@ -37,7 +37,7 @@ from toolscore.loop.stops import TurnEnd, classify, strip_think
 from toolscore.loop.store import episode_from_dict, episode_to_dict
 from toolscore.loop.trajectory import TrajectoryLog, state_hash
 from toolscore.plan.run import Episode
-from toolscore.scope import CallScope
+from toolscore.scope import NO_CLIENT, CallScope
 from toolscore.types import ProgressFn
 
 __all__ = ["AgentLoop", "LoopState", "TaskOutcome"]
@@ -146,11 +146,10 @@ class AgentLoop:
         limits: Limits,
         log: TrajectoryLog,
         progress: ProgressFn | None = None,
-        caller: str | None = None,
+        scope: CallScope = NO_CLIENT,
         servers: frozenset[str] | None = None,
         clock: Callable[[], float] = time.perf_counter,
         on_event: Callable[[str, Any], None] | None = None,
-        scope: CallScope | None = None,
     ) -> None:
         self._ctx = ctx
         self._scope = scope
@@ -159,7 +158,6 @@ class AgentLoop:
         self._limits = limits
         self._log = log
         self._progress = progress
-        self._caller = caller
         self._servers = servers
         self._clock = clock
         self._on_event = on_event
@@ -329,7 +327,6 @@ class AgentLoop:
                 budget,
                 tg,
                 plan_id=uuid.uuid4().hex[:12],
-                caller=self._caller,
                 servers=self._servers,
                 clock=clock,
                 on_event=self._on_event,

@@ -28,7 +28,7 @@ from toolscore.plan.nodes import Block, CheckedPlan, PlanPolicy
 from toolscore.plan.parse import parse_turn
 from toolscore.plan.run import BlockOutcome, Episode, PlanRunner, StepRecord
 from toolscore.plan.transcript import render_plan_errors, render_results
-from toolscore.scope import CallScope
+from toolscore.scope import NO_CLIENT, CallScope
 from toolscore.types import ToolSource
 
 __all__ = ["PlanContext", "TurnCalls"]
@@ -66,11 +66,10 @@ class TurnCalls:
         tg: TaskGroup,
         *,
         plan_id: str,
-        caller: str | None,
+        scope: CallScope = NO_CLIENT,
         servers: frozenset[str] | None = None,
         clock: Callable[[], float] = time.perf_counter,
         on_event: Callable[[str, Any], None] | None = None,
-        scope: CallScope | None = None,
     ) -> None:
         self._ctx = ctx
         self._scope = scope
@@ -78,7 +77,6 @@ class TurnCalls:
         self._budget = budget
         self._tg = tg
         self._plan_id = plan_id
-        self._caller = caller
         self._servers = servers
         self._clock = clock
         self._on_event = on_event
@@ -126,7 +124,7 @@ class TurnCalls:
             earlier_steps={n: r.id for n, r in episode.steps.items()},
             earlier_ids=dict(episode.ids),
         )
-        problems = self._ctx.policy(checked, self._caller) if self._ctx.policy is not None else []
+        problems = self._ctx.policy(checked, self._scope.caller) if self._ctx.policy is not None else []
         if self._servers is not None:
             problems += [
                 PlanProblem(
@@ -255,7 +253,6 @@ class TurnCalls:
             limiters=self._ctx.limiter,
             progress=None,
             total=len(checked.calls),
-            caller=self._caller,
             max_argument_bytes=self._ctx.max_argument_bytes,
             gate=self,
             scope=self._scope,

@@ -29,7 +29,7 @@ from toolscore.loop.limits import Limits, describe
 from toolscore.plan.blocks import shorthand_table
 from toolscore.plan.nodes import PlanPolicy
 from toolscore.plan.tool import EpisodeStore
-from toolscore.scope import CallScope
+from toolscore.scope import NO_CLIENT, CallScope
 from toolscore.state import EpisodeRecords
 from toolscore.types import ProgressFn, ToolSource
 
@@ -238,15 +238,14 @@ class Delegator:
         arguments: dict[str, Any] | None,
         *,
         progress: ProgressFn | None = None,
-        caller: str | None = None,
-        scope: CallScope | None = None,
+        scope: CallScope = NO_CLIENT,
         sampler: SendRequest | None = None,
         input_sampling: bool = False,
         input_responses: dict[str, Any] | None = None,
         request_state: str | None = None,
         on_event: Callable[[str, Any], None] | None = None,
     ) -> mcp_types.CallToolResult | mcp_types.InputRequiredResult:
-        """Run one task for `caller`: with the client's own model if it can sample, else the configured one.
+        """Run one task for `scope`'s caller: with the client's own model if it can sample, else the configured one.
 
         Args:
             sampler: Sends `sampling/createMessage` to the client (handshake era).
@@ -265,7 +264,7 @@ class Delegator:
         if self.refusal is not None:
             return error_result(f"Call rejected by policy 'tools': {self.refusal}")
         if request_state is not None:
-            return await self._resume(task, request_state, input_responses, progress, caller, on_event, scope)
+            return await self._resume(task, request_state, input_responses, progress, on_event, scope)
         registry = self._tools.registry
         allowed: frozenset[str] | None = None
         if servers is not None:
@@ -304,13 +303,12 @@ class Delegator:
             limits=limits,
             log=self.log,
             progress=progress,
-            caller=caller,
             servers=allowed,
             on_event=on_event,
             scope=scope,
         )
         outcome = await loop.run(task)
-        return await self._finish(outcome, task, system, limits, allowed, caller)
+        return await self._finish(outcome, task, system, limits, allowed, scope.caller)
 
     async def _resume(
         self,
@@ -318,15 +316,15 @@ class Delegator:
         request_state: str,
         input_responses: dict[str, Any] | None,
         progress: ProgressFn | None,
-        caller: str | None,
         on_event: Callable[[str, Any], None] | None,
-        scope: CallScope | None = None,
+        scope: CallScope,
     ) -> mcp_types.CallToolResult | mcp_types.InputRequiredResult:
         """Go on with a paused task: the client's model has answered the turn we asked for."""
         from toolscore.loop.agent import AgentLoop, LoopState
         from toolscore.loop.models import MODEL_TURN, InputRequiredModel
         from toolscore.loop.store import owner_of
 
+        caller = scope.caller
         owner = owner_of(caller or "")
         # The state is a random id into our own store, never data the client could forge.
         # Taken in one step: a retry sent twice (to two replicas) resumes the task once.
@@ -348,7 +346,6 @@ class Delegator:
             limits=limits,
             log=self.log,
             progress=progress,
-            caller=caller,
             servers=allowed,
             on_event=on_event,
             scope=scope,

@@ -43,7 +43,7 @@ from toolscore.plan.nodes import (
     Status,
 )
 from toolscore.plan.refs import resolve
-from toolscore.scope import CallScope
+from toolscore.scope import NO_CLIENT, CallScope
 from toolscore.types import ProgressFn
 
 __all__ = [
@@ -77,9 +77,8 @@ class CapabilityHub(Protocol):
         capability: str,
         arguments: Mapping[str, Any],
         *,
-        caller: str | None = None,
         plan_id: str | None = None,
-        scope: CallScope | None = None,
+        scope: CallScope = NO_CLIENT,
     ) -> mcp_types.CallToolResult:
         """One capability call: candidates, argument maps, strategy, fan-out, policy and audit per candidate."""
         ...
@@ -216,14 +215,14 @@ class PlanRunner:
         limiters: Callable[[str], anyio.CapacityLimiter],
         progress: ProgressFn | None,
         total: int,
-        caller: str | None = None,
         max_argument_bytes: int | None = None,
         capabilities: CapabilityHub | None = None,
         gate: StepGate | None = None,
-        scope: CallScope | None = None,
+        scope: CallScope = NO_CLIENT,
     ) -> None:
         """Args:
-        scope: The front request the plan serves: its client receives the steps' server requests.
+        scope: The front request the plan serves: its caller's, whose client receives the steps'
+            server requests.
         max_argument_bytes: The most a step's arguments may grow to once references are resolved.
         capabilities: Runs the capability steps (the checker refuses them where there is none).
         gate: Budgets kept step by step (`delegate`'s): retries counted, each result's bytes seen.
@@ -237,7 +236,6 @@ class PlanRunner:
         self._limiters = limiters
         self._progress = progress
         self._total = total
-        self._caller = caller
         self._scope = scope
         self._done = 0
         self.blocks: list[BlockOutcome] = []
@@ -354,7 +352,6 @@ class PlanRunner:
                     arguments,
                     plan_id=self._plan_id,
                     timeout=call.node.timeout,
-                    session_id=self._caller,
                     scope=self._scope,
                 )
             result = run.result
@@ -384,7 +381,7 @@ class PlanRunner:
         timeout = call.node.timeout
         with anyio.move_on_after(timeout) as scope:
             result = await self._capabilities.call_capability(
-                call.capability, arguments, caller=self._caller, plan_id=self._plan_id, scope=self._scope
+                call.capability, arguments, plan_id=self._plan_id, scope=self._scope
             )
         if scope.cancelled_caught:
             record.status, record.error = "timeout", f"the capability call ran past the step's timeout ({timeout} s)"

@@ -23,7 +23,7 @@ from toolscore.config import Config
 from toolscore.errors import PlanCheckError, PlanProblem, PlanSyntaxError
 from toolscore.plan.blocks import SPECS, shorthand_table
 from toolscore.plan.nodes import CheckedBlock, CheckedCapability, CheckedNode, CheckedPlan, ParsedTurn, PlanPolicy
-from toolscore.scope import CallScope
+from toolscore.scope import NO_CLIENT, CallScope
 from toolscore.telemetry import tracing
 from toolscore.types import ProgressFn, ToolSource
 
@@ -223,10 +223,9 @@ class Orchestrator:
         *,
         progress: ProgressFn | None = None,
         request_id: Any = None,
-        caller: str | None = None,
-        scope: CallScope | None = None,
+        scope: CallScope = NO_CLIENT,
     ) -> mcp_types.CallToolResult:
-        """Answer one `orchestrate` call from `caller` (whose episodes it may use), made in `scope`."""
+        """Answer one `orchestrate` call made in `scope` (its caller's episodes it may use)."""
         from toolscore.plan.run import PlanRunner
         from toolscore.plan.transcript import render_plan_errors, render_results
 
@@ -238,7 +237,7 @@ class Orchestrator:
         if self.refusal is not None:
             self._audit_plan(plan, request_id, None, began, {}, success=False, violation=f"tools: {self.refusal}")
             return error_result(f"Call rejected by policy 'tools': {self.refusal}")
-        caller = caller or _ANONYMOUS
+        caller = scope.caller or _ANONYMOUS
         if episode_id is None:
             episode = self.episodes.new(caller)
         elif (found := self.episodes.get(caller, episode_id)) is not None:
@@ -289,7 +288,6 @@ class Orchestrator:
             limiters=self._limiter,
             progress=progress,
             total=len(checked.steps),
-            caller=caller,
             scope=scope,
             # A step's resolved arguments may be no larger than what a client may send directly.
             max_argument_bytes=self._config.settings.max_request_bytes,

@@ -104,7 +104,7 @@ class PrincipalTools:
         self._sections = sections
 
     async def __call__(self, ctx: ExecutionContext) -> mcp_types.CallToolResult | None:
-        found = self._sections.of(ctx.scope.caller or ctx.session_id)
+        found = self._sections.of(ctx.scope.caller)
         if found is not None and found[1] and ctx.route is not None:
             reason = _refusal(ctx.route, found[1])
             if reason is not None:
@@ -163,7 +163,7 @@ class PrincipalQuotas:
     passes_results_through = False
 
     def _quotas(self, ctx: ExecutionContext) -> list[tuple[str, PrincipalRules, _Usage]]:
-        found = self.sections.of(ctx.scope.caller or ctx.session_id)
+        found = self.sections.of(ctx.scope.caller)
         if found is None:
             return []
         principal, sections = found
@@ -179,7 +179,7 @@ class PrincipalQuotas:
     async def check(self, ctx: ExecutionContext) -> mcp_types.CallToolResult | None:
         """Pre-execution: refuse a call over a quota; count it against the others."""
         now = self.clock()
-        principal = principal_of(ctx.scope.caller or ctx.session_id)
+        principal = principal_of(ctx.scope.caller)
         for key, section, usage in self._quotas(ctx):
             quota = section.quota
             if quota.calls_per_day is not None and usage.calls >= quota.calls_per_day:

@@ -85,7 +85,7 @@ class RateLimits:
         for n, limit in enumerate(self._limits):
             if not matches(ctx.tool, limit.match):
                 continue
-            key = {"tool": ctx.tool, "server": ctx.server or "", "session": ctx.session_id or ""}[limit.scope]
+            key = {"tool": ctx.tool, "server": ctx.server or "", "session": ctx.scope.caller or ""}[limit.scope]
             if self._store is not None:
                 wait = await self._store.take_token(f"{self._ids[n]}:{limit.scope}:{key}", limit.rate, limit.burst)
             else:

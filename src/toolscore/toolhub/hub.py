@@ -21,7 +21,7 @@ import mcp_types
 from toolscore._engine import CallOutcome, ConfirmFn, ToolExecutionEngine, error_result
 from toolscore.config import CapabilitySettings, Config
 from toolscore.downstream.registry import Registry
-from toolscore.scope import CallScope
+from toolscore.scope import NO_CLIENT, CallScope
 from toolscore.toolhub.capabilities import Capabilities, Tagged, index_capabilities
 from toolscore.toolhub.catalog import CALL_TOOL, OWN_TOOLS, SEARCH_TOOLS, catalog_mode
 from toolscore.toolhub.scoring import Scoreboard
@@ -196,11 +196,10 @@ class ToolHub:
         arguments: dict[str, Any] | None,
         *,
         request_id: str | int | None = None,
-        caller: str | None = None,
         confirm: ConfirmFn | None = None,
         progress: ProgressFn | None = None,
         sample: Sample | None = None,
-        scope: CallScope | None = None,
+        scope: CallScope = NO_CLIENT,
     ) -> mcp_types.CallToolResult:
         """Answer a call to one of the hub's own tools (`handles(name)`); `sample` asks the client's model."""
         if (refusal := self._refusals.get(name)) is not None:
@@ -239,7 +238,7 @@ class ToolHub:
             if tool in OWN_TOOLS or tool == "orchestrate":
                 return error_result(f"call_tool calls the servers' tools; call '{tool}' directly.")
             run = await self._engine.execute(
-                tool, inner, request_id=request_id, session_id=caller, confirm=confirm, progress=progress, scope=scope
+                tool, inner, request_id=request_id, confirm=confirm, progress=progress, scope=scope
             )
             return run.result
         capability, inner, strategy = args.get("capability"), args.get("arguments", {}), args.get("strategy")
@@ -253,7 +252,6 @@ class ToolHub:
             inner,
             strategy=strategy,
             request_id=request_id,
-            caller=caller,
             confirm=confirm,
             sample=sample,
             scope=scope,
@@ -271,11 +269,10 @@ class ToolHub:
         *,
         strategy: Strategy | None = None,
         request_id: str | int | None = None,
-        caller: str | None = None,
         confirm: ConfirmFn | None = None,
         plan_id: str | None = None,
         sample: Sample | None = None,
-        scope: CallScope | None = None,
+        scope: CallScope = NO_CLIENT,
     ) -> mcp_types.CallToolResult:
         """Call the best candidates for `capability` with `arguments`, by the capability's strategy."""
         from toolscore.toolhub.mapping import map_arguments
@@ -311,7 +308,6 @@ class ToolHub:
                 request_id=request_id,
                 plan_id=plan_id,
                 timeout=settings.timeout,
-                session_id=caller,
                 confirm=confirm,
                 scope=scope,
             )
