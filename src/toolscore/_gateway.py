@@ -288,6 +288,7 @@ async def open_gateway(
                 contract=lambda: orchestrator.tool().description or "",
                 policy=policy.plan_problems,
                 refusal=policy.gateway_tool_refusal(DELEGATE),
+                admit=policy.admit_task,
                 plan_episodes=orchestrator.episodes,
                 # Shared: any replica continues any episode, and any paused 2026-era `delegate` task.
                 records=records,
@@ -318,7 +319,10 @@ async def open_gateway(
                 )
                 toolhub.reconfigure(config, refusals={name: policy.gateway_tool_refusal(name) for name in OWN_TOOLS})
                 delegator.reconfigure(
-                    config, policy=policy.plan_problems, refusal=policy.gateway_tool_refusal(DELEGATE)
+                    config,
+                    policy=policy.plan_problems,
+                    refusal=policy.gateway_tool_refusal(DELEGATE),
+                    admit=policy.admit_task,
                 )
                 return await hub.apply(config, hide=_hidden(policy))
 

@@ -435,6 +435,8 @@ class Quota(_Frozen):
     """Tool calls a day (UTC)."""
     result_bytes_per_day: int | None = Field(default=None, ge=1)
     """Bytes of results a day (UTC); the call that crosses the line is answered, the next refused."""
+    delegate_tasks_per_hour: int | None = Field(default=None, ge=1)
+    """`delegate` tasks started an hour, as a bucket that refills evenly (a resumed task is not a new one)."""
 
 
 class PrincipalRules(_Frozen):

@@ -7,9 +7,11 @@ from __future__ import annotations
 from typing import Any
 
 import anyio
+import mcp_types
 import pytest
 
 from tests.conftest import text
+from toolscore.loop.models import MODEL_TURN
 from toolscore.policy.principals import principal_of
 from toolscore.scope import CallScope
 from toolscore.testing import FakeDownstream, running_gateway
@@ -125,3 +127,31 @@ async def test_concurrent_calls_over_the_quota_are_refused_at_once() -> None:
             release.set()
         assert results == ["held"]
         assert not (await gw.engine.execute("fx__read", {}, scope=CallScope(ALICE))).result.is_error
+
+
+async def test_delegate_tasks_an_hour_are_counted_per_principal_and_a_resumed_task_is_not_a_new_one() -> None:
+    rules = {"alice": {"quota": {"delegate_tasks_per_hour": 1}}}
+    async with running_gateway({"fx": _fake()}, constraints=_constraints(rules)) as (gw, _):
+        assert gw.delegator is not None
+        # A 2026-07-28 client's model answers through input-required results: the task pauses at
+        # once, asking for the model's first turn, which is all a started task needs here.
+        first = await gw.delegator({"task": "read"}, scope=CallScope(ALICE), input_sampling=True)
+        assert isinstance(first, mcp_types.InputRequiredResult), first
+        second = await gw.delegator({"task": "read again"}, scope=CallScope(ALICE), input_sampling=True)
+        assert isinstance(second, mcp_types.CallToolResult) and second.is_error
+        assert "alice's quota of 1 delegate tasks an hour is used; try again in" in text(second)
+        resumed = await gw.delegator(
+            {"task": "read"},
+            scope=CallScope(ALICE),
+            input_sampling=True,
+            request_state=first.request_state,
+            input_responses={
+                MODEL_TURN: mcp_types.CreateMessageResult(
+                    role="assistant", content=mcp_types.TextContent(text="<answer>ok</answer>"), model="m"
+                )
+            },
+        )
+        assert "quota" not in str(resumed), "a resumed task is not a new one"
+        assert isinstance(resumed, mcp_types.CallToolResult) and not resumed.is_error, resumed
+        other = await gw.delegator({"task": "read"}, scope=CallScope(CARL), input_sampling=True)
+        assert isinstance(other, mcp_types.InputRequiredResult), "carl has no such quota"

@@ -23,6 +23,12 @@ pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
 
 # Fixed, not random: they appear in test ids, which every xdist worker must collect alike.
 ALICE, BOB = "alice-0123456789abcdefghij", "bob-9876543210zyxwvutsrqpo"
+CAROL, DAVE = "carol-0123456789abcdefghij", "dave-9876543210zyxwvutsrqpo"
+# Only carol and dave have quotas: the day's counters live in Redis, so two replicas share them.
+QUOTAS = {
+    "enabled": True,
+    "principals": {"carol": {"quota": {"calls_per_day": 3}}, "dave": {"quota": {"result_bytes_per_day": 10}}},
+}
 SECRET_PLAN = '<fx><echo id="x">{"text": "alice\'s secret"}</echo></fx>'
 READ_PLAN = '<fx><echo>{"text": "read: ${x.text}"}</echo></fx>'
 
@@ -37,7 +43,7 @@ def _replica(tmp_path: Path, redis_url: str, tokens: Path) -> Replica:
         "loop": {"episodes_db": ""},
         "http": {"token_file": str(tokens)},
     }
-    config = write_config(tmp_path, {"fx": fixture_entry(tmp_path)}, toolscore=settings)
+    config = write_config(tmp_path, {"fx": fixture_entry(tmp_path)}, toolscore=settings, constraints=QUOTAS)
     proc, base = start_http_gateway(config, env={"TOOLSCORE_TOKEN": ""})
     return Replica(proc, base + "/mcp", tmp_path / "audit.jsonl")
 
@@ -47,7 +53,7 @@ def replicas(tmp_path_factory: pytest.TempPathFactory, redis_url: str) -> Iterat
     redis.Redis.from_url(redis_url).flushdb()
     base = tmp_path_factory.mktemp("principals")
     tokens = base / "tokens"
-    tokens.write_text(f"alice {ALICE}\nbob {BOB}\n")
+    tokens.write_text(f"alice {ALICE}\nbob {BOB}\ncarol {CAROL}\ndave {DAVE}\n")
     tokens.chmod(0o600)
     a, b = _replica(base / "a", redis_url, tokens), _replica(base / "b", redis_url, tokens)
     yield a, b
@@ -78,3 +84,17 @@ async def test_an_episode_id_from_one_principal_is_not_readable_by_another_on_th
         async with http_client(b.url, ALICE, mode) as alice_on_b:  # alice herself, on the other replica
             own = await _orchestrate(alice_on_b, READ_PLAN, episode)
             assert "read: alice's secret" in text(own), text(own)
+
+
+async def test_a_principals_day_quotas_hold_across_both_replicas(replicas: tuple[Replica, Replica]) -> None:
+    a, b = replicas
+    async with http_client(a.url, CAROL, "auto") as carol_on_a, http_client(b.url, CAROL, "auto") as carol_on_b:
+        for session in (carol_on_a, carol_on_b, carol_on_a):
+            assert not (await session.call_tool("fx__echo", {"text": "hi"})).is_error
+        refused = await carol_on_b.call_tool("fx__echo", {"text": "hi"})
+        assert refused.is_error and "carol's quota of 3 calls a day is used; resets at 00:00 UTC" in text(refused)
+    async with http_client(a.url, DAVE, "auto") as dave_on_a, http_client(b.url, DAVE, "auto") as dave_on_b:
+        crossing = await dave_on_a.call_tool("fx__echo", {"text": "more than ten bytes"})
+        assert not crossing.is_error, "the call that crosses the line is answered"
+        after = await dave_on_b.call_tool("fx__echo", {"text": "x"})
+        assert after.is_error and "dave's quota of 10 result bytes a day is used" in text(after), text(after)

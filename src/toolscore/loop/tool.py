@@ -13,7 +13,7 @@ the tool's definition.
 from __future__ import annotations
 
 import secrets
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict
 from functools import cached_property
 from pathlib import Path
@@ -43,6 +43,9 @@ if TYPE_CHECKING:
 __all__ = ["DELEGATE", "Delegator", "trajectory_path"]
 
 DELEGATE = "delegate"
+
+Admit = Callable[[CallScope], Awaitable[str | None]]
+"""Why a caller may not start another task now (`Policy.admit_task`), or None."""
 _ANTHROPIC = "https://api.anthropic.com"
 _MAX_TASK = 64 * 1024
 _PENDING = "pending"
@@ -102,12 +105,14 @@ class Delegator:
         contract: Callable[[], str],
         policy: PlanPolicy | None = None,
         refusal: str | None = None,
+        admit: Admit | None = None,
         plan_episodes: EpisodeStore | None = None,
         records: EpisodeRecords | None = None,
     ) -> None:
         """Args:
         contract: The plan language as `orchestrate` describes it now (live shorthands and servers).
         refusal: Why policy forbids `delegate`, if it does.
+        admit: Why a caller may not start another task now (its quota), or None.
         plan_episodes: `orchestrate`'s episodes, kept in the same store (`durable`) across restarts.
         records: Where paused tasks, finished tasks and episodes are kept (replicas share one, see
             `toolscore.state`); default: the SQLite file `loop.episodes_db`.
@@ -119,6 +124,7 @@ class Delegator:
         self._contract = contract
         self._policy = policy
         self.refusal = refusal
+        self._admit = admit
         self._plan_episodes = plan_episodes
         self._records = records
         self._durable: DurableEpisodes | None = None
@@ -130,10 +136,11 @@ class Delegator:
         *,
         policy: PlanPolicy | None,
         refusal: str | None,
+        admit: Admit | None = None,
     ) -> None:
         """Tasks started from now on follow `config` and `policy` (a live reload); the loop's own
         settings (`toolscore.loop`, `toolscore.model`) change only at restart."""
-        self._config, self._policy, self.refusal = config, policy, refusal
+        self._config, self._policy, self.refusal, self._admit = config, policy, refusal, admit
         self.__dict__.pop("_ctx", None)  # the plan context is made again, from the new config
 
     @cached_property
@@ -295,6 +302,9 @@ class Delegator:
                 "delegate needs a model: this client cannot answer sampling requests, and servers.json sets no "
                 "toolscore.model (docs/agent-loop.md)"
             )
+        # A task starts here (a resumed one is not a new task): its caller's quota of tasks counts it.
+        if self._admit is not None and (over := await self._admit(scope)) is not None:
+            return error_result(f"Call rejected by policy 'principals': {over}")
         limits = self._limits(args)
         loop = AgentLoop(
             ctx=self._ctx,

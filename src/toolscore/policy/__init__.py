@@ -40,6 +40,7 @@ from toolscore.policy.redact import RedactingAuditSink, Redactor
 from toolscore.policy.results import result_rules
 from toolscore.policy.scope import resolve_scopes
 from toolscore.policy.static import StaticRules
+from toolscore.scope import CallScope
 from toolscore.state import SharedState
 
 __all__ = ["Policy", "RedactingAuditSink", "build_policy"]
@@ -71,6 +72,11 @@ class Policy:
         if self.principals is not None:
             problems += self.principals.tools.plan_problems(plan, caller)
         return problems
+
+    async def admit_task(self, scope: CallScope) -> str | None:
+        """Why the caller of `scope` may not start a `delegate` task now (its principal's
+        `delegate_tasks_per_hour`), or None."""
+        return None if self.principals is None else await self.principals.quotas.admit_task(scope)
 
     def hidden_for(self, caller: str) -> Callable[[Route], bool] | None:
         """The routed tools `caller`'s own rules refuse (`constraints.principals`), left out of its

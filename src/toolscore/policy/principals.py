@@ -12,8 +12,9 @@ tokens) is judged by the global rules alone.
   `allow` list, the tool must match one of the allow lists that apply. The same check runs over
   a whole plan before any step does (`plan_problems`).
 - `quota`, per principal (a role's quota limits each of its principals alone): calls a minute (a
-  bucket, shared by replicas through `toolscore.state`), calls at once, calls and result bytes a
-  day (UTC, in this process). A refusal names the quota and when it frees up.
+  bucket), calls at once (in this process), calls and result bytes a day (UTC counters), and
+  `delegate` tasks an hour (a bucket); with `toolscore.state`, the buckets and the day's counters
+  are shared by every replica. A refusal names the quota and when it frees up.
 """
 
 from __future__ import annotations
@@ -31,8 +32,8 @@ from toolscore.downstream.registry import Route
 from toolscore.errors import PlanProblem, Rejected
 from toolscore.plan.nodes import CheckedPlan
 from toolscore.policy.rate import TokenBucket
-from toolscore.scope import principal_of
-from toolscore.state import TokenStore
+from toolscore.scope import CallScope, principal_of
+from toolscore.state import SharedState
 
 __all__ = ["Directory", "PrincipalHooks", "PrincipalQuotas", "PrincipalTools", "principal_hooks", "principal_of"]
 
@@ -138,8 +139,8 @@ class _Usage:
     """One principal's use under one section's quota."""
 
     day: int = -1
-    calls: int = 0
-    result_bytes: int = 0
+    today: dict[str, int] = field(default_factory=dict)
+    """The day's counters (`calls`, `bytes`), where no shared state keeps them."""
     running: int = 0
     bucket: TokenBucket | None = None
 
@@ -155,9 +156,10 @@ class PrincipalQuotas:
     runs (wrap: `concurrent`) and after it (post: result bytes)."""
 
     sections: _Sections
-    store: TokenStore | None = None
+    store: SharedState | None = None
     clock: Callable[[], float] = field(default=time.time, repr=False)
     _usage: dict[tuple[str, str], _Usage] = field(default_factory=dict)
+    _task_buckets: dict[tuple[str, str], TokenBucket] = field(default_factory=dict)
 
     name = _HOOK
     passes_results_through = False
@@ -172,7 +174,7 @@ class PrincipalQuotas:
         for key, section in sections:
             usage = self._usage.setdefault((principal, key), _Usage())
             if usage.day != day:
-                usage.day, usage.calls, usage.result_bytes = day, 0, 0
+                usage.day, usage.today = day, {}
             out.append((key, section, usage))
         return out
 
@@ -182,11 +184,9 @@ class PrincipalQuotas:
         principal = principal_of(ctx.scope.caller)
         for key, section, usage in self._quotas(ctx):
             quota = section.quota
-            if quota.calls_per_day is not None and usage.calls >= quota.calls_per_day:
-                raise Rejected(
-                    f"{key}'s quota of {quota.calls_per_day} calls a day is used; {_until_midnight(now)}", hook=_HOOK
-                )
-            if quota.result_bytes_per_day is not None and usage.result_bytes >= quota.result_bytes_per_day:
+            if quota.result_bytes_per_day is not None and not await self._count(
+                usage, f"{principal}:{key}", "bytes", 0, below=quota.result_bytes_per_day, now=now
+            ):
                 raise Rejected(
                     f"{key}'s quota of {quota.result_bytes_per_day} result bytes a day is used; {_until_midnight(now)}",
                     hook=_HOOK,
@@ -198,8 +198,51 @@ class PrincipalQuotas:
                         f"{key}'s quota of {quota.calls_per_minute} calls a minute is used; try again in {wait:.1f} s",
                         hook=_HOOK,
                     )
-            usage.calls += 1
+            # Counted last, and only if under: a call refused by another quota does not use this one.
+            if quota.calls_per_day is not None and not await self._count(
+                usage, f"{principal}:{key}", "calls", 1, below=quota.calls_per_day, now=now
+            ):
+                raise Rejected(
+                    f"{key}'s quota of {quota.calls_per_day} calls a day is used; {_until_midnight(now)}", hook=_HOOK
+                )
         return None
+
+    async def admit_task(self, scope: CallScope) -> str | None:
+        """Whether the caller of `scope` may start another `delegate` task now: None, or why not
+        (its `delegate_tasks_per_hour`, a bucket that refills evenly over the hour)."""
+        found = self.sections.of(scope.caller)
+        if found is None:
+            return None
+        principal, sections = found
+        now = self.clock()
+        for key, section in sections:
+            per_hour = section.quota.delegate_tasks_per_hour
+            if per_hour is None:
+                continue
+            rate = per_hour / 3600
+            if self.store is not None:
+                wait = await self.store.take_token(f"tasks:{principal}:{key}", rate, per_hour)
+            else:
+                bucket = self._task_buckets.get((principal, key))
+                if bucket is None:
+                    bucket = self._task_buckets[(principal, key)] = TokenBucket.full(rate, per_hour, now)
+                wait = bucket.take(now)
+            if wait is not None:
+                return f"{key}'s quota of {per_hour} delegate tasks an hour is used; try again in {wait:.0f} s"
+        return None
+
+    async def _count(self, usage: _Usage, who: str, what: str, amount: int, *, below: int | None, now: float) -> bool:
+        """Add `amount` to `who`'s counter `what` of the day unless it holds `below` or more
+        (False): in this process, or in one step in the shared state."""
+        if self.store is not None:
+            ttl = _DAY - now % _DAY + 3600  # outlives its day, whatever the replicas' clocks say
+            key = f"day:{int(now // _DAY)}:{who}:{what}"
+            return await self.store.count_up(key, amount, below=below, ttl=ttl) is not None
+        count = usage.today.get(what, 0)
+        if below is not None and count >= below:
+            return False
+        usage.today[what] = count + amount
+        return True
 
     async def _take(self, key: str, per_minute: int, usage: _Usage, now: float) -> float | None:
         rate = per_minute / 60
@@ -236,8 +279,10 @@ class PrincipalQuotas:
             size = (
                 ctx.raw.chars if ctx.raw is not None else len(result.model_dump_json(by_alias=True, exclude_none=True))
             )
-            for _, _, usage in quotas:
-                usage.result_bytes += size
+            now = self.clock()
+            principal = principal_of(ctx.scope.caller)
+            for key, _, usage in quotas:
+                await self._count(usage, f"{principal}:{key}", "bytes", size, below=None, now=now)
         return result
 
 
@@ -296,7 +341,7 @@ class PrincipalHooks:
         return any(getattr(quota, limit) is not None for quota in quotas for limit in limits)
 
 
-def principal_hooks(config: Config, directory: Directory, store: TokenStore | None) -> PrincipalHooks | None:
+def principal_hooks(config: Config, directory: Directory, store: SharedState | None) -> PrincipalHooks | None:
     """The per-principal rules of `config` (None: it has none)."""
     rules = config.constraints.principals
     if not rules:

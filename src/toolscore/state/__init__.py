@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from toolscore.config import Config
     from toolscore.state.redis_store import RedisState
 
-__all__ = ["EpisodeRecords", "FlightStore", "SharedState", "SlotStore", "TokenStore", "open_state"]
+__all__ = ["CounterStore", "EpisodeRecords", "FlightStore", "SharedState", "SlotStore", "TokenStore", "open_state"]
 
 
 def open_state(config: Config) -> RedisState | None:
@@ -46,6 +46,15 @@ class TokenStore(Protocol):
 
     async def take_token(self, key: str, rate: float, burst: int) -> float | None:
         """Take a token from bucket `key` (`rate`/s, up to `burst`): None if one was there, else seconds to wait."""
+        ...
+
+
+class CounterStore(Protocol):
+    """Counters that expire, kept where every replica sees them (the quotas of a day)."""
+
+    async def count_up(self, key: str, amount: int, *, below: int | None, ttl: float) -> int | None:
+        """Add `amount` to counter `key` unless it already holds `below` or more (then None, and
+        nothing added); the count after. A new counter expires `ttl` seconds after its first count."""
         ...
 
 
@@ -77,7 +86,7 @@ class FlightStore(Protocol):
         ...
 
 
-class SharedState(TokenStore, SlotStore, FlightStore, Protocol):
+class SharedState(TokenStore, CounterStore, SlotStore, FlightStore, Protocol):
     """What the policy's hooks keep in shared state."""
 
 

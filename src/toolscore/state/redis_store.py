@@ -148,6 +148,20 @@ end
 return 1
 """
 
+# KEYS[1]: a counter. ARGV: the bound (-1: none), the amount, its lifetime (s). Returns -1 when
+# the counter is at the bound (nothing added), else the count after: checked and added in one step.
+_COUNT_UP = """
+local v = tonumber(redis.call('GET', KEYS[1]) or '0')
+local below = tonumber(ARGV[1])
+if below >= 0 and v >= below then return -1 end
+local amount = tonumber(ARGV[2])
+if amount ~= 0 then
+  v = redis.call('INCRBY', KEYS[1], amount)
+  if redis.call('TTL', KEYS[1]) < 0 then redis.call('EXPIRE', KEYS[1], tonumber(ARGV[3])) end
+end
+return v
+"""
+
 _POLL = 0.02
 """Seconds between a waiting call's tries for a shared slot."""
 _WAIT_LEASE_MS = 2000
@@ -171,6 +185,7 @@ class RedisState:
         self._take_record = self._client.register_script(_TAKE_RECORD)
         self._start_flight = self._client.register_script(_START_FLIGHT)
         self._end_flight = self._client.register_script(_END_FLIGHT)
+        self._count_up = self._client.register_script(_COUNT_UP)
 
     async def take_token(self, key: str, rate: float, burst: int) -> float | None:
         """Take a token from the shared bucket `key`: None if one was there, else seconds to wait."""
@@ -185,6 +200,21 @@ class RedisState:
             ) from None
         wait = float(reply)
         return None if wait < 0 else wait
+
+    async def count_up(self, key: str, amount: int, *, below: int | None, ttl: float) -> int | None:
+        """Add `amount` to the shared counter `key` unless it holds `below` or more (then None)."""
+        try:
+            reply = await self._count_up(
+                keys=[f"{self.prefix}count:{key}"], args=[-1 if below is None else below, amount, max(1, int(ttl))]
+            )
+        except redis.RedisError as exc:
+            # As for the rate limit: a quota that cannot be checked refuses the call, saying why.
+            log.error("quota not checked: Redis failed", error=f"{type(exc).__name__}: {exc}")
+            raise Rejected(
+                "a quota could not be checked (the shared state is unreachable); retry shortly", hook="principals"
+            ) from None
+        count = int(reply)
+        return None if count < 0 else count
 
     async def acquire_slot(self, key: str, cap: int, queue: int, holder: str, lease: float) -> bool:
         """Wait for one of `cap` shared slots of `key`; False when `queue` calls already wait.
