@@ -182,6 +182,8 @@ def _fold(text: str) -> tuple[str, list[int] | None]:
 
 
 _NON_ASCII = re.compile(r"[^\x00-\x7f]+")
+_ASCII_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+"""The ASCII part of `_SUSPECT` (the texts are joined with newlines, which are no finding)."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -204,7 +206,8 @@ _MARKER = re.compile(
 _URL = re.compile(r"https?://[^\s<>\"'`)\]]+")
 _AT_DOMAIN = re.compile(r"@[a-z0-9-]+(?:\.[a-z0-9-]+)+")
 _PHONE = re.compile(r"\+\d[\d ().-]{7,18}\d")
-_ENCODED = re.compile(r"[A-Za-z0-9+/]{64,}={0,2}")
+# From a run's first character only: a match tried at every character of a long word costs its length again.
+_ENCODED = re.compile(r"(?<![A-Za-z0-9+/])[A-Za-z0-9+/]{64,}={0,2}")
 _WORD = re.compile(r"\w+(?:'t)?")
 _SENTENCE = re.compile(r"[.!?]\s|\n")
 _RESERVED_DOMAINS = ("example.com", "example.org", "example.net", "localhost")
@@ -362,10 +365,12 @@ def _match(words: list[str], i: int, phrase: _Phrase) -> int | None:
 
 _TOKEN = re.compile(r"\w+(?:'t)?|[.!?](?=\s)|\n")
 _BOUNDARY = frozenset(".!?\n")
-# Most texts name no credential at all: a plain search for the literals the patterns need first.
-_CREDENTIAL_HINT = re.compile(
-    r"ssh|id_|\.(?:aws|netrc|pgpass|git-|npmrc|pypirc|docker|kube|gnupg|config|env|bash|zsh)|mcp\.json|claude_|/etc/|credentials\.json"
-)
+# Most texts name no credential at all: a plain search for the literals the patterns need first
+# (substring tests in C: an alternation of them costs the regex engine a try per character).
+_CREDENTIAL_HINTS = (
+    "ssh", "id_", ".aws", ".netrc", ".pgpass", ".git-", ".npmrc", ".pypirc", ".docker", ".kube", ".gnupg",
+    ".config", ".env", ".bash", ".zsh", "mcp.json", "claude_", "/etc/", "credentials.json",
+)  # fmt: skip
 
 
 @dataclass(slots=True)
@@ -413,7 +418,7 @@ class _Scan:
     def run(self) -> None:
         self._unicode()
         folded = self.folded
-        if _CREDENTIAL_HINT.search(folded):
+        if any(hint in folded for hint in _CREDENTIAL_HINTS):
             for m in _CREDENTIAL.finditer(folded):
                 self.add("exfil.credential_path", Severity.HIGH, m.span(), "a credential file or directory",
                          prose_only=False)  # fmt: skip
@@ -430,7 +435,7 @@ class _Scan:
 
     def _unicode(self) -> None:
         text = self.joined
-        if text.isascii() and text.isprintable():
+        if text.isascii() and _ASCII_CONTROL.search(text) is None:  # the common case, in two C passes
             return
         for match in _SUSPECT.finditer(text):
             # A run can mix kinds (a tag sequence after a zero-width space): one finding per kind's stretch.
@@ -496,7 +501,9 @@ class _Scan:
         `mcp_tool_send_email`), or for a name with `-` or `.`, that text between word boundaries."""
         words, hyphenated = self.others
         named = present & words
-        for token in set(_UNDERSCORED.findall(self.folded)):
+        for token in present:  # the words are whole `\w` runs: those with `_` are the snake_case names
+            if "_" not in token:
+                continue
             parts = token[:128].split("_")
             named.update(name for k in range(1, len(parts)) if (name := "_".join(parts[k:])) in words)
         named.update(name for name in hyphenated if name in self.folded)
@@ -560,7 +567,6 @@ _LAST_OTHERS: tuple[Collection[str], _Names] | None = None
 
 
 _WORD_ONLY = re.compile(r"\w+")
-_UNDERSCORED = re.compile(r"(?<!\w)\w*_\w*")  # from a word's start only: linear
 
 
 def _index(words: list[str], word: str, start: int) -> int:
