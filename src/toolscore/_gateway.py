@@ -280,6 +280,7 @@ async def open_gateway(
                 config=config,
                 scores=scores,
                 refusals={name: policy.gateway_tool_refusal(name) for name in OWN_TOOLS},
+                hidden_for=lambda caller: policy.hidden_for(caller),  # the policy in force (a reload replaces it)
             )
             delegator = Delegator(
                 tools=hub,

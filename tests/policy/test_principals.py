@@ -4,6 +4,7 @@ quotas (calls a minute, at once, a day; result bytes a day), each refusal naming
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import anyio
@@ -155,3 +156,26 @@ async def test_delegate_tasks_an_hour_are_counted_per_principal_and_a_resumed_ta
         assert isinstance(resumed, mcp_types.CallToolResult) and not resumed.is_error, resumed
         other = await gw.delegator({"task": "read"}, scope=CallScope(CARL), input_sampling=True)
         assert isinstance(other, mcp_types.InputRequiredResult), "carl has no such quota"
+
+
+async def test_search_and_capability_calls_never_offer_a_principal_what_its_rules_refuse() -> None:
+    other = FakeDownstream("fy")
+
+    @other.tool("read")
+    def read_other(text: str = "") -> str:
+        return f"fy read {text}"
+
+    rules = {"alice": {"tools": {"deny": ["fx__*"]}}}
+    async with running_gateway({"fx": _fake(), "fy": other}, constraints=_constraints(rules)) as (gw, _):
+        assert gw.toolhub is not None
+        # The two `read` tools are one capability: search shows the group once, by a tool the caller may call.
+        shown = {}
+        for caller in (ALICE, CARL):
+            found = await gw.toolhub.answer("search_tools", {"query": "read", "k": 5}, scope=CallScope(caller))
+            shown[caller] = {entry["name"] for entry in json.loads(text(found))}
+        assert "fy__read" in shown[ALICE] and not any(n.startswith("fx__") for n in shown[ALICE]), shown
+        assert shown[CARL] == {"fx__read"}, shown  # the group, by its first tool
+        picked = await gw.toolhub.call_capability("read", {"text": "x"}, scope=CallScope(ALICE))
+        assert not picked.is_error and "fy read x" in text(picked), text(picked)
+        denied = await gw.toolhub.call_capability("write", {"text": "x"}, scope=CallScope(ALICE))
+        assert denied.is_error and "every tool offering capability 'write' is refused" in text(denied)

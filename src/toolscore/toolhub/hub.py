@@ -20,7 +20,7 @@ import mcp_types
 
 from toolscore._engine import CallOutcome, ConfirmFn, ToolExecutionEngine, error_result
 from toolscore.config import CapabilitySettings, Config
-from toolscore.downstream.registry import Registry
+from toolscore.downstream.registry import Registry, Route
 from toolscore.scope import NO_CLIENT, CallScope
 from toolscore.toolhub.capabilities import Capabilities, Tagged, index_capabilities
 from toolscore.toolhub.catalog import CALL_TOOL, OWN_TOOLS, SEARCH_TOOLS, catalog_mode
@@ -86,6 +86,7 @@ class ToolHub:
         config: Config,
         scores: Scoreboard,
         refusals: Mapping[str, str | None] | None = None,
+        hidden_for: Callable[[str], Callable[[Route], bool] | None] | None = None,
     ) -> None:
         """Args:
         tools: The registry source (the downstream hub).
@@ -93,6 +94,8 @@ class ToolHub:
         config: Capabilities, argument maps, priorities and strategies.
         scores: Live scores from the audit stream.
         refusals: Why policy forbids one of the hub's own tools, by name.
+        hidden_for: For a caller, the routed tools its own rules refuse (`constraints.principals`):
+            search never shows them to it, and a capability call never picks them for it.
         """
         self._tools = tools
         self._engine = engine
@@ -100,6 +103,7 @@ class ToolHub:
         self._settings = config.settings.toolhub
         self.scores = scores
         self._refusals = dict(refusals or {})
+        self._hidden_for = hidden_for
         self._index: _Index | None = None
         self.gateway_tools: Callable[[], list[mcp_types.Tool]] = list
         """The gateway's own tools in full (set by the front): search_tools returns one asked for by name."""
@@ -145,11 +149,22 @@ class ToolHub:
         """Every capability -> its tools, in the order a call tries them now (for plan checks)."""
         return {tag: tuple(t.route.public_name for t in self.ranked(tag)) for tag in self.capabilities.by_tag}
 
+    def _hidden(self, scope: CallScope) -> Callable[[Route], bool] | None:
+        """Which routed tools the caller of `scope` may not call by its own rules (None: none)."""
+        return None if self._hidden_for is None or scope.caller is None else self._hidden_for(scope.caller)
+
     def search(
-        self, query: str, k: int, *, server: str | None = None, capability: str | None = None
+        self,
+        query: str,
+        k: int,
+        *,
+        server: str | None = None,
+        capability: str | None = None,
+        hidden: Callable[[Route], bool] | None = None,
     ) -> list[dict[str, Any]]:
         """The `k` best tools for `query`: full definitions, tags, score, the query words that matched,
-        and near-duplicates folded in; `server` and `capability` keep only the tools of one server or tag."""
+        and near-duplicates folded in; `server` and `capability` keep only the tools of one server or
+        tag, and `hidden` leaves out the tools the caller may not call."""
         index = self._current()
         if index.search is None:
             from toolscore.toolhub.search import SearchIndex
@@ -166,10 +181,13 @@ class ToolHub:
             else []
         )
         folded: set[str] = set()
-        for hit in index.search.search(query, k * 2, server=server, capability=capability):
+        # Ask for more where the caller's rules may leave some out: the best k it may call.
+        for hit in index.search.search(query, k * 2 if hidden is None else k * 8, server=server, capability=capability):
             if hit.name in folded or len(found) >= k:
                 continue
             tagged = index.capabilities.tools[hit.name]
+            if hidden is not None and hidden(tagged.route):
+                continue
             entry = tagged.route.tool.model_dump(by_alias=True, mode="json", exclude_none=True)
             entry.pop("_meta", None)
             entry["capabilities"] = sorted(tagged.tags)
@@ -220,7 +238,7 @@ class ToolHub:
                     "search_tools takes {'query': string, 'k'?: integer 1-20, "
                     "'server'?: string, 'capability'?: string}."
                 )
-            found = self.search(query, k, server=server, capability=capability)
+            found = self.search(query, k, server=server, capability=capability, hidden=self._hidden(scope))
             if not found:
                 narrowed = "".join(
                     f" {what} {value[:64]!r}"
@@ -280,6 +298,13 @@ class ToolHub:
         settings = self._settings.capabilities.get(capability, CapabilitySettings())
         how: Strategy = strategy or settings.strategy
         ranked = self.ranked(capability)
+        if ranked and (hidden := self._hidden(scope)) is not None:
+            ranked = [t for t in ranked if not hidden(t.route)]
+            if not ranked:
+                return error_result(
+                    f"Call rejected by policy 'principals': every tool offering capability '{capability[:64]}' "
+                    "is refused to this caller by its rules."
+                )
         if not ranked:
             known = ", ".join(tag for tag, _ in self.capabilities.summary(20)) or "none"
             return error_result(
