@@ -26,7 +26,7 @@ from toolscore.downstream.connection import ServerState, ServerStatus
 from toolscore.downstream.hub import ConfigChanges, DownstreamHub, open_hub
 from toolscore.downstream.registry import Route
 from toolscore.errors import ConfigError
-from toolscore.front.callers import Callers
+from toolscore.front.callers import CONSOLE_CALLER, Callers, console_caller
 from toolscore.front.plan_tasks import running_plans
 from toolscore.front.server import FrontServer, build_server, exposed_tools
 from toolscore.loop.tool import DELEGATE, Delegator
@@ -50,9 +50,6 @@ if TYPE_CHECKING:
 __all__ = ["CONSOLE_CALLER", "Gateway", "audit_path", "http_pages", "open_gateway"]
 
 log = structlog.get_logger("toolscore.gateway")
-
-CONSOLE_CALLER = "console"
-"""Who the web console's calls are from, for per-session rules and episodes."""
 
 
 @dataclass(slots=True)
@@ -161,10 +158,12 @@ def http_pages(gateway: Gateway) -> dict[str, ASGIApp]:
         pages["/metrics"] = metrics_page(render)
     if gateway.console is not None:
 
-        async def call(tool: str, arguments: dict[str, Any]) -> mcp_types.CallToolResult:
+        async def call(tool: str, arguments: dict[str, Any], request: Mapping[str, Any]) -> mcp_types.CallToolResult:
+            # The principal that signed in calls, under its own rules and quotas.
+            scope = CallScope(console_caller(request, gateway.roles))
             if tool == ORCHESTRATE:
-                return await gateway.orchestrator(arguments, scope=CallScope(CONSOLE_CALLER))
-            return (await gateway.engine.execute(tool, arguments, scope=CallScope(CONSOLE_CALLER))).result
+                return await gateway.orchestrator(arguments, scope=scope)
+            return (await gateway.engine.execute(tool, arguments, scope=scope)).result
 
         pages.update(
             console_pages(

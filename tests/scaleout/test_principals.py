@@ -8,9 +8,11 @@ were stored as "any connection's", so any client presenting the id read them the
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx2
 import mcp_types
 import pytest
 import redis
@@ -24,10 +26,15 @@ pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
 # Fixed, not random: they appear in test ids, which every xdist worker must collect alike.
 ALICE, BOB = "alice-0123456789abcdefghij", "bob-9876543210zyxwvutsrqpo"
 CAROL, DAVE = "carol-0123456789abcdefghij", "dave-9876543210zyxwvutsrqpo"
+ERIN = "erin-0123456789abcdefghijkl"
 # Only carol and dave have quotas: the day's counters live in Redis, so two replicas share them.
 QUOTAS = {
     "enabled": True,
-    "principals": {"carol": {"quota": {"calls_per_day": 3}}, "dave": {"quota": {"result_bytes_per_day": 10}}},
+    "principals": {
+        "carol": {"quota": {"calls_per_day": 3}},
+        "dave": {"quota": {"result_bytes_per_day": 10}},
+        "erin": {"tools": {"deny": ["fx__echo"]}},
+    },
 }
 SECRET_PLAN = '<fx><echo id="x">{"text": "alice\'s secret"}</echo></fx>'
 READ_PLAN = '<fx><echo>{"text": "read: ${x.text}"}</echo></fx>'
@@ -53,7 +60,7 @@ def replicas(tmp_path_factory: pytest.TempPathFactory, redis_url: str) -> Iterat
     redis.Redis.from_url(redis_url).flushdb()
     base = tmp_path_factory.mktemp("principals")
     tokens = base / "tokens"
-    tokens.write_text(f"alice {ALICE}\nbob {BOB}\ncarol {CAROL}\ndave {DAVE}\n")
+    tokens.write_text(f"alice {ALICE}\nbob {BOB}\ncarol {CAROL}\ndave {DAVE}\nerin {ERIN}\n")
     tokens.chmod(0o600)
     a, b = _replica(base / "a", redis_url, tokens), _replica(base / "b", redis_url, tokens)
     yield a, b
@@ -98,3 +105,16 @@ async def test_a_principals_day_quotas_hold_across_both_replicas(replicas: tuple
         assert not crossing.is_error, "the call that crosses the line is answered"
         after = await dave_on_b.call_tool("fx__echo", {"text": "x"})
         assert after.is_error and "dave's quota of 10 result bytes a day is used" in text(after), text(after)
+
+
+async def test_the_web_console_calls_as_the_principal_that_signed_in(replicas: tuple[Replica, Replica]) -> None:
+    a, _ = replicas
+    base = a.url.removesuffix("/mcp")
+    call = {"tool": "fx__echo", "arguments": {"text": "from the console"}}
+    async with httpx2.AsyncClient(base_url=base, timeout=30) as http:
+        refused = (await http.post("/ui/api/call", json=call, headers={"Authorization": f"Bearer {ERIN}"})).json()
+        assert refused["isError"] and "denied to erin" in refused["content"][0]["text"], refused
+        allowed = (await http.post("/ui/api/call", json=call, headers={"Authorization": f"Bearer {ALICE}"})).json()
+        assert allowed["content"] == [{"type": "text", "text": "from the console"}], allowed
+    callers = [json.loads(line).get("caller") for line in a.audit.read_text().splitlines()]
+    assert "principal:erin/console" in callers and "principal:alice/console" in callers

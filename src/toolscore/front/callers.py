@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import itertools
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
 import structlog
@@ -27,7 +27,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from toolscore._sdk import connection_of
 from toolscore.types import ANONYMOUS_CALLER
 
-__all__ = ["PRINCIPAL_SCOPE_KEY", "ROLES_SCOPE_KEY", "Callers"]
+__all__ = ["CONSOLE_CALLER", "PRINCIPAL_SCOPE_KEY", "ROLES_SCOPE_KEY", "Callers", "console_caller"]
 
 log = structlog.get_logger("toolscore.callers")
 
@@ -37,6 +37,9 @@ ROLES_SCOPE_KEY = "toolscore.roles"
 """Key of the ASGI scope where the HTTP front's authentication leaves the principal's roles (a tuple
 of strings; absent: none), which per-principal policy reads (`constraints.principals`)."""
 
+CONSOLE_CALLER = "console"
+"""Who the web console's calls are from, where no principal signed in (for per-session rules and episodes)."""
+
 GoneListener = Callable[[str], None]
 
 
@@ -44,6 +47,19 @@ class RoleBook(Protocol):
     """Where the roles a principal's credentials carry are noted (`toolscore.policy.principals.Directory`)."""
 
     def note(self, principal: str, roles: Iterable[str]) -> None: ...
+
+
+def console_caller(request: Mapping[str, Any], roles: RoleBook | None) -> str:
+    """The caller of a web console call, from its HTTP request's ASGI scope: the principal that
+    signed in (`principal:<name>/console`: its own rules and quotas apply, and its episodes are the
+    console's own), its roles told to `roles`; without one, `console`."""
+    principal = request.get(PRINCIPAL_SCOPE_KEY)
+    if not isinstance(principal, str) or not principal:
+        return CONSOLE_CALLER
+    if roles is not None:
+        carried = request.get(ROLES_SCOPE_KEY, ())
+        roles.note(principal, carried if isinstance(carried, tuple) else ())
+    return f"principal:{principal}/{CONSOLE_CALLER}"
 
 
 class Callers:

@@ -41,7 +41,8 @@ _KEEP = 1000
 _QUEUE = 256
 _MAX_BODY = 1 << 20
 
-CallTool = Callable[[str, dict[str, Any]], Awaitable[mcp_types.CallToolResult]]
+CallTool = Callable[[str, dict[str, Any], Scope], Awaitable[mcp_types.CallToolResult]]
+"""Runs a tool for the console's HTTP request (its ASGI scope says who signed in)."""
 
 
 class ConsoleFeed:
@@ -195,7 +196,7 @@ def console_pages(
         if not isinstance(tool, str) or not isinstance(arguments, dict):
             await _error(400, "send {'tool': string, 'arguments': object}")(scope, receive, send)
             return
-        result = await call(tool, arguments)
+        result = await call(tool, arguments, scope)
         dumped = result.model_dump(by_alias=True, mode="json", exclude_none=True)
         await _json(dumped)(scope, receive, send)
 
