@@ -261,18 +261,6 @@ async def open_gateway(
                 redacting.redactor = policy.redactor
 
             rules(config, policy)
-            orchestrator = Orchestrator(
-                tools=hub,
-                engine=engine,
-                config=config,
-                audit=sink,
-                policy=policy.plan_problems,
-                refusal=policy.gateway_tool_refusal(ORCHESTRATE),
-            )
-            callers = Callers(roles=directory)
-            callers.on_gone(orchestrator.episodes.forget)
-            callers.on_gone(hub.caller_gone)
-            hub.add_reap_hook(callers.drain)
             toolhub = ToolHub(
                 tools=hub,
                 engine=engine,
@@ -281,6 +269,19 @@ async def open_gateway(
                 refusals={name: policy.gateway_tool_refusal(name) for name in OWN_TOOLS},
                 hidden_for=lambda caller: policy.hidden_for(caller),  # the policy in force (a reload replaces it)
             )
+            orchestrator = Orchestrator(
+                tools=hub,
+                engine=engine,
+                config=config,
+                audit=sink,
+                policy=policy.plan_problems,
+                refusal=policy.gateway_tool_refusal(ORCHESTRATE),
+                capabilities=toolhub,  # `<call capability="...">` steps go through the hub
+            )
+            callers = Callers(roles=directory)
+            callers.on_gone(orchestrator.episodes.forget)
+            callers.on_gone(hub.caller_gone)
+            hub.add_reap_hook(callers.drain)
             delegator = Delegator(
                 tools=hub,
                 engine=engine,

@@ -406,6 +406,7 @@ class ToolHandlers:
                 confirm=_confirmer(ctx),
                 progress=progress,
                 sample=_sampler(ctx),
+                gateway_tools=self.gateway_tools,
             )
         # A 2026-07-28 client's call goes down as its own: capabilities, answers, state; a
         # task-augmented call of a handshake-era client (2025-11-25) goes as a task where it can.
@@ -488,7 +489,7 @@ class ToolHandlers:
         return route.tool.input_schema if route else None
 
     def gateway_tools(self) -> list[mcp_types.Tool]:
-        """The gateway's own tools in full, for search_tools to return by name (`ToolHub.gateway_tools`)."""
+        """The gateway's own tools in full, for search_tools to return by name (`ToolHub.answer`)."""
         own = [self._orchestrator.tool()] if self._orchestrator.refusal is None else []
         if self._delegator is not None and self._delegator.refusal is None:
             own.append(self._delegator.tool())
@@ -545,9 +546,6 @@ def build_server(
         hidden_for=hidden_for,
     )
     tasks = TaskHandlers(hub, engine, callers, peers.peer, plans=orchestrator.refusal is None)
-    if toolhub is not None:
-        toolhub.gateway_tools = tools.gateway_tools
-        orchestrator.capabilities = toolhub  # `<call capability="...">` steps go through the hub
     server = FrontServer(tools, available=hub.capable, plan_tasks=tasks.plans)
     tools.register(server)
     LoggingHandlers(hub, peers.levels).register(server)

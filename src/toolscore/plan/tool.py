@@ -153,9 +153,11 @@ class Orchestrator:
         audit: AuditSink,
         policy: PlanPolicy | None = None,
         refusal: str | None = None,
+        capabilities: CapabilityHub | None = None,
     ) -> None:
         """Args:
         refusal: Why policy forbids `orchestrate` itself, if it does: every call is refused.
+        capabilities: The ToolHub, for `<call capability="...">` steps; without it they are refused.
         """
         self._tools = tools
         self._policy = policy
@@ -167,8 +169,7 @@ class Orchestrator:
         self._shorthands = shorthand_table([(s.name, s.shorthands) for s in config.enabled_servers])
         self.episodes = EpisodeStore(per_caller=self._limits.episodes, max_callers=_MAX_CALLERS)
         self._limiters: dict[str, anyio.CapacityLimiter] = {}
-        self.capabilities: CapabilityHub | None = None
-        """The ToolHub, for `<call capability="...">` steps (set by the front); without it they are refused."""
+        self.capabilities = capabilities
 
     def reconfigure(
         self,

@@ -11,7 +11,7 @@ the search index is built by the first search: `tools/list` needs only the catal
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -105,8 +105,6 @@ class ToolHub:
         self._refusals = dict(refusals or {})
         self._hidden_for = hidden_for
         self._index: _Index | None = None
-        self.gateway_tools: Callable[[], list[mcp_types.Tool]] = list
-        """The gateway's own tools in full (set by the front): search_tools returns one asked for by name."""
 
     def reconfigure(self, config: Config, *, refusals: Mapping[str, str | None]) -> None:
         """Capabilities, argument maps and settings from `config` from now on (a live reload);
@@ -161,10 +159,12 @@ class ToolHub:
         server: str | None = None,
         capability: str | None = None,
         hidden: Callable[[Route], bool] | None = None,
+        own: Sequence[mcp_types.Tool] = (),
     ) -> list[dict[str, Any]]:
         """The `k` best tools for `query`: full definitions, tags, score, the query words that matched,
         and near-duplicates folded in; `server` and `capability` keep only the tools of one server or
-        tag, and `hidden` leaves out the tools the caller may not call."""
+        tag, and `hidden` leaves out the tools the caller may not call; `own`: the gateway's own
+        tools, returned in full when the query names one."""
         index = self._current()
         if index.search is None:
             from toolscore.toolhub.search import SearchIndex
@@ -174,7 +174,7 @@ class ToolHub:
         found: list[dict[str, Any]] = (
             [
                 t.model_dump(by_alias=True, mode="json", exclude_none=True)
-                for t in self.gateway_tools()
+                for t in own
                 if set(words(t.name)) <= asked and self._refusals.get(t.name) is None
             ][:k]
             if server is None and capability is None
@@ -218,8 +218,11 @@ class ToolHub:
         progress: ProgressFn | None = None,
         sample: Sample | None = None,
         scope: CallScope = NO_CLIENT,
+        gateway_tools: Callable[[], list[mcp_types.Tool]] = list,
     ) -> mcp_types.CallToolResult:
-        """Answer a call to one of the hub's own tools (`handles(name)`); `sample` asks the client's model."""
+        """Answer a call to one of the hub's own tools (`handles(name)`); `sample` asks the client's
+        model; `gateway_tools`: the gateway's own tools as the front lists them (search returns one
+        named in full)."""
         if (refusal := self._refusals.get(name)) is not None:
             return error_result(f"Call rejected by policy 'tools': {refusal}")
         args = arguments or {}
@@ -238,7 +241,9 @@ class ToolHub:
                     "search_tools takes {'query': string, 'k'?: integer 1-20, "
                     "'server'?: string, 'capability'?: string}."
                 )
-            found = self.search(query, k, server=server, capability=capability, hidden=self._hidden(scope))
+            found = self.search(
+                query, k, server=server, capability=capability, hidden=self._hidden(scope), own=gateway_tools()
+            )
             if not found:
                 narrowed = "".join(
                     f" {what} {value[:64]!r}"
