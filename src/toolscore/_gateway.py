@@ -294,10 +294,6 @@ async def open_gateway(
                 # Shared: any replica continues any episode, and any paused 2026-era `delegate` task.
                 records=records,
             )
-            if records is not None:
-                from toolscore.state.episodes import SharedEpisodes
-
-                delegator.durable = SharedEpisodes(records, orchestrator.episodes)
             server = build_server(
                 hub,
                 engine,

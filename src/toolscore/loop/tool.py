@@ -175,16 +175,19 @@ class Delegator:
 
     @property
     def durable(self) -> DurableEpisodes | None:
-        """`orchestrate`'s episodes kept in `store` across restarts (None without `plan_episodes`)."""
+        """`orchestrate`'s episodes kept in `store` across restarts (None without `plan_episodes`):
+        shared by every replica with `records` (any replica continues any episode), else this
+        process's SQLite file."""
         if self._durable is None and self._plan_episodes is not None:
-            from toolscore.loop.store import DurableEpisodes
+            if self._records is not None:
+                from toolscore.state.episodes import SharedEpisodes
 
-            self._durable = DurableEpisodes(self.store, self._plan_episodes)
+                self._durable = SharedEpisodes(self._records, self._plan_episodes)
+            else:
+                from toolscore.loop.store import DurableEpisodes
+
+                self._durable = DurableEpisodes(self.store, self._plan_episodes)
         return self._durable
-
-    @durable.setter
-    def durable(self, value: DurableEpisodes) -> None:
-        self._durable = value
 
     def tool(self) -> mcp_types.Tool:
         """The tool definition."""
