@@ -85,9 +85,10 @@ async def test_calls_start_before_the_model_turn_ends(tmp_path: Path) -> None:
 
 
 async def test_parallel_turn_runs_calls_together_and_a_dependent_call_waits(tmp_path: Path) -> None:
+    # Sleeps wide enough that b starts before a ends, even on a busy machine.
     turns = [
-        '<fx><sleep id="a">{"seconds": 0.3, "tag": "a"}</sleep></fx>'
-        '<fx><sleep id="b">{"seconds": 0.3, "tag": "b"}</sleep></fx>'
+        '<fx><sleep id="a">{"seconds": 1.5, "tag": "a"}</sleep></fx>'
+        '<fx><sleep id="b">{"seconds": 1.5, "tag": "b"}</sleep></fx>'
         '<fx><echo>{"text": "${a.status}"}</echo></fx><execute_tools />',
         "<answer>done</answer>",
     ]
