@@ -55,6 +55,7 @@ __all__ = [
     "ConcurrencyRules",
     "Config",
     "ConstraintsConfig",
+    "FlowRule",
     "GatewaySettings",
     "HttpAuth",
     "HttpSettings",
@@ -359,6 +360,11 @@ class ServerConfig(BaseModel):
     pinning: Literal["off", "warn", "enforce"] = "off"
     """Pin each tool's first definition seen (`<state dir>/pins.json`, docs/security.md): `warn` logs a
     changed one and lists it; `enforce` holds it (not routed) until `toolscore pins approve`."""
+    trust: Annotated[Literal["trusted", "untrusted"], BeforeValidator(_trust)] = "trusted"
+    """Whether this server's results may carry text written by others (web pages, search results):
+    `untrusted` labels every result of it (docs/security.md#data-flow-labels)."""
+    untrusted_tools: tuple[str, ...] = ()
+    """Downstream tool name globs whose results are untrusted on a trusted server."""
 
     @property
     def shorthands(self) -> tuple[Shorthand, ...]:
@@ -450,6 +456,34 @@ class PrincipalRules(_Frozen):
 _PrincipalKey = Annotated[str, Field(pattern=r"^(role:)?[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}$")]
 
 
+_FLOW_LABEL = re.compile(r"untrusted|server:\S{1,128}")
+"""A data-flow label (`toolscore.trust.labels`): `untrusted`, or `server:NAME` for one server's results."""
+
+
+def _flow_label(value: Any) -> Any:
+    if isinstance(value, str) and not _FLOW_LABEL.fullmatch(value):
+        raise PydanticCustomError(
+            "flow_label", "'{label}' is not a label: `untrusted` or `server:NAME`", {"label": value[:80]}
+        )
+    return value
+
+
+class FlowRule(_Frozen):
+    """What data carrying one label may reach (docs/policy.md#flow): tools named by globs over the
+    exposed and the canonical name (`microsandbox__*`, `*__write*`)."""
+
+    deny: tuple[str, ...] = ()
+    """Tools that may never receive such data."""
+    confirm: tuple[str, ...] = ()
+    """Tools that may receive it only once the user agrees (refused in plans and `delegate`)."""
+
+
+def _trust(value: Any) -> Any:
+    # Gemini CLI's `trust: true|false` (whether to skip its own confirmations) says nothing about
+    # the content a server returns: a boolean leaves the default.
+    return "trusted" if isinstance(value, bool) else value
+
+
 class ConstraintsConfig(_Frozen):
     """The constraint-hook phase of the engine; off unless enabled."""
 
@@ -468,6 +502,13 @@ class ConstraintsConfig(_Frozen):
     principals: dict[_PrincipalKey, PrincipalRules] = Field(default_factory=dict)
     """Rules per principal (`NAME`, as a token file or an access token names it) or per role
     (`role:NAME`), composed with the global rules: deny wins (docs/policy.md#per-principal-rules)."""
+    flow: dict[Annotated[str, BeforeValidator(_flow_label)], FlowRule] | None = None
+    """Label -> the tools data carrying it may not reach (docs/policy.md#flow): a plan step's
+    arguments carry the labels of the results they reference; a `delegate` call those of the
+    results the model saw that its arguments quote."""
+    flow_passthrough: Literal["off", "warn", "enforce"] = "warn"
+    """With `flow`: a client's own calls checked against the client's recent untrusted results
+    (8 or more characters quoted): `warn` logs it, `enforce` refuses it (asks, for `confirm`)."""
 
 
 class PlanSettings(_Frozen):
@@ -735,7 +776,7 @@ class Config(_Frozen):
 
 
 _OTHER_CLIENTS_KEYS = frozenset(
-    {"envFile", "alwaysAllow", "autoApprove", "disabledTools", "description", "transportType", "trust",
+    {"envFile", "alwaysAllow", "autoApprove", "disabledTools", "description", "transportType",
      "includeTools", "excludeTools", "startup_timeout_sec", "tool_timeout_sec", "enabled", "icon", "version"}
 )  # fmt: skip
 """Keys other MCP clients keep in a server entry: kept and ignored without a word."""

@@ -29,6 +29,7 @@ from toolscore.plan.parse import parse_turn
 from toolscore.plan.run import BlockOutcome, Episode, PlanRunner, StepRecord
 from toolscore.plan.transcript import render_plan_errors, render_results
 from toolscore.scope import NO_CLIENT, CallScope
+from toolscore.trust.labels import SEEN, UNTRUSTED
 from toolscore.types import ToolSource
 
 __all__ = ["PlanContext", "TurnCalls"]
@@ -81,6 +82,8 @@ class TurnCalls:
         self._clock = clock
         self._on_event = on_event
         self._done: dict[int | str, anyio.Event] = {}
+        self._first_step = episode.next_step
+        """Steps before this one are earlier turns': the model has seen their results."""
         self.steps: list[int] = []
         self.problems: list[PlanProblem] = []
         self.warnings: list[str] = []
@@ -246,6 +249,7 @@ class TurnCalls:
         started = self._clock()
         self.latencies_ms.append((started - closed_at) * 1000)
         self._event("call_start", checked.calls[0].step)
+        SEEN.set(self._seen)  # in this item's own task: its calls are judged by what the model read
         runner = PlanRunner(
             engine=self._ctx.engine,
             episode=self._episode,
@@ -261,6 +265,15 @@ class TurnCalls:
         self.blocks.extend(runner.blocks)
         self.budget_expired |= not finished
         self._event("call_end", checked.calls[0].step)
+
+    def _seen(self) -> list[tuple[str, str]]:
+        """The untrusted results of the task's earlier turns, which the model has read, newest first."""
+        steps = self._episode.steps
+        return [
+            (record.text, f"step {n} ({record.server}.{record.tool})")
+            for n in sorted(steps, reverse=True)
+            if n < self._first_step and UNTRUSTED in (record := steps[n]).labels
+        ]
 
     @property
     def records(self) -> list[StepRecord]:

@@ -44,6 +44,7 @@ from toolscore.plan.nodes import (
 )
 from toolscore.plan.refs import resolve
 from toolscore.scope import NO_CLIENT, CallScope
+from toolscore.trust.labels import STEP, StepTaint, Taint, block_steps, join
 from toolscore.types import ProgressFn
 
 __all__ = [
@@ -104,6 +105,9 @@ class StepRecord:
     attempts: int = 0
     result: mcp_types.CallToolResult | None = None
     on_error: str = "skip_dependents"
+    labels: Taint = field(default_factory=dict)
+    """Its result's data-flow labels and their origins (`toolscore.trust.labels`): those of what its
+    arguments referenced and, where the `flow` rule is on, its server's."""
 
     @property
     def bytes(self) -> int:
@@ -142,6 +146,8 @@ class Episode:
     ids: dict[str, int | None] = field(default_factory=dict)
     """id -> step number (None for a block id, whose value is in `block_values`)."""
     block_values: dict[str, dict[str, Any] | None] = field(default_factory=dict)
+    block_steps: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    """Block id -> the steps inside it: a reference to the block carries their labels."""
 
     def lookup(self, target: int | str) -> dict[str, Any] | None:
         """A target's value record, for reference resolution."""
@@ -259,6 +265,7 @@ class PlanRunner:
         for ident, target in plan.ids.items():
             if isinstance(target, Block):
                 self._episode.ids[ident] = None
+        self._episode.block_steps.update(block_steps(plan))
         # One reading of the clock for the scope and the deadline its steps compare against: two
         # readings could differ by more than the tolerance on a busy loop, and a step the budget
         # cut short would show as `cancelled`.
@@ -339,6 +346,29 @@ class PlanRunner:
         except RefError as exc:
             record.status, record.error = "ref_error", str(exc)
             return
+        # The labels its references bring, for the flow hook to judge (and complete with its server's).
+        taint = StepTaint(call.step, self._labels(call))
+        token = STEP.set(taint)
+        try:
+            await self._step(call, arguments, record)
+        finally:
+            STEP.reset(token)
+            record.labels = taint.result if taint.result is not None else taint.arguments
+
+    def _labels(self, call: CheckedStep) -> dict[str, str]:
+        """The union of the labels of every result a step's references read."""
+        found: dict[str, str] = {}
+        for ref in call.refs:
+            target = ref.target
+            if isinstance(target, str) and target in self._episode.block_steps:
+                steps: tuple[int, ...] = self._episode.block_steps[target]
+            else:
+                record = self._source_record(target)
+                steps = (record.step,) if record is not None else ()
+            found = join(found, *(self._episode.steps[s].labels for s in steps if s in self._episode.steps))
+        return found
+
+    async def _step(self, call: CheckedStep, arguments: dict[str, Any], record: StepRecord) -> None:
         if isinstance(call, CheckedCapability):
             await self._capability(call, arguments, record)
             return

@@ -9,6 +9,7 @@ own) to an engine hook, or to None when the config leaves the rule off:
 | `tools` allow/deny | static | pre | tools not allowed (globs over exposed names; per server, downstream names) |
 | `principals` | principals | pre, wrap, post | tools a principal or role may not call; calls over its quota |
 | `destructive` | static | pre | tools annotated `destructiveHint`: `deny`, or `confirm` by asking the user |
+| `flow` | taint | pre, post | labelled data (`untrusted`, `server:NAME`) reaching the tools the rule names |
 | `arguments` | static, paths | pre | arguments over `max_bytes`, matching `deny_patterns`, with paths outside `roots` |
 | `rate_limits` | rate | pre | calls beyond a token bucket per tool, server or client session |
 | `batching` | flow | pre + wrap | nothing: identical concurrent read-only calls share one downstream call |
@@ -40,6 +41,7 @@ from toolscore.policy.redact import RedactingAuditSink, Redactor
 from toolscore.policy.results import result_rules
 from toolscore.policy.scope import resolve_scopes
 from toolscore.policy.static import StaticRules
+from toolscore.policy.taint import FlowHooks, flow_hooks
 from toolscore.scope import CallScope
 from toolscore.state import SharedState
 
@@ -61,6 +63,8 @@ class Policy:
     """Redacts audit records (the global `results.redact`)."""
     principals: PrincipalHooks | None = None
     """The rules of `constraints.principals`."""
+    flow: FlowHooks | None = None
+    """The `flow` rule (labels by reference in plans are checked whole, too)."""
 
     def gateway_tool_refusal(self, name: str) -> str | None:
         """Why the gateway's own tool `name` (e.g. `orchestrate`) may not be used, or None."""
@@ -71,6 +75,8 @@ class Policy:
         problems = [] if self.static is None else self.static.plan_problems(plan)
         if self.principals is not None:
             problems += self.principals.tools.plan_problems(plan, caller)
+        if self.flow is not None:
+            problems += self.flow.plan_problems(plan)
         return problems
 
     async def admit_task(self, scope: CallScope) -> str | None:
@@ -102,8 +108,9 @@ def build_policy(config: Config, *, state: SharedState | None = None, directory:
     static = StaticRules(scopes)
     # The composition table: the built-in rules of each phase, in the order they run.
     principals = principal_hooks(config, directory or Directory(), state)
+    flow, flow_pre, flow_post = flow_hooks(config) or (None, None, None)
     pre: tuple[PreExecutionHook, ...] = _on(
-        static, *(principals.pre if principals else ()), rate_limits(scopes, state), mark_batchable(scopes)
+        static, flow_pre, *(principals.pre if principals else ()), rate_limits(scopes, state), mark_batchable(scopes)
     )
     wrap: tuple[WrapHook, ...] = _on(
         single_flight(scopes, state),  # outermost: a call that shares another's result takes no concurrency slot
@@ -111,7 +118,8 @@ def build_policy(config: Config, *, state: SharedState | None = None, directory:
         concurrency_cap(scopes, state),
     )
     # A principal's result bytes are counted as the client gets them: after the result rules.
-    post: tuple[PostExecutionHook, ...] = _on(result_rules(scopes), *(principals.post if principals else ()))
+    # Untrusted results are kept for the passthrough check as the client gets them: after the result rules.
+    post: tuple[PostExecutionHook, ...] = _on(result_rules(scopes), flow_post, *(principals.post if principals else ()))
     # Plugins run after the built-in checks, inside the built-in wraps (they see only calls that
     # will run), and before the built-in post hooks (a plugin's output is still size-limited and redacted).
     plugin_pre, plugin_wrap, plugin_post = load_plugins(
@@ -125,6 +133,7 @@ def build_policy(config: Config, *, state: SharedState | None = None, directory:
         static=static,
         redactor=Redactor(results.redact_patterns) if results.redact else None,
         principals=principals,
+        flow=flow,
     )
 
 

@@ -1,0 +1,229 @@
+"""Data-flow labels: where a value came from, and which tools it may reach; pure.
+
+Every result carries labels: `server:NAME` always, and `untrusted` when its server (or tool) is
+marked so in servers.json, because text someone else wrote (a web page, a search hit) can carry
+instructions aimed at the model. A label keeps where it came from (its *origin*: the first step
+or result that carried it), so a refusal can name the source.
+
+Labels reach a call two ways:
+
+- **by reference** (plans): a step's arguments carry the labels of every result they reference,
+  and its own result carries those plus its server's. This is exact: `${r.text}` names its source.
+- **by quotation** (`delegate`, a client's own calls): the model saw results and may copy from
+  them. A call whose arguments hold 8 or more characters in a row of a labelled text carries its
+  labels. Text that was paraphrased, re-encoded or split into shorter pieces escapes this.
+
+The `flow` rule (`FlowRules`) then says which labels may reach which tools. The context variables
+at the end carry a running step's labels from the plan runner to the policy hook without either
+knowing the other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeVar
+
+from toolscore._glob import matches
+from toolscore._json import iter_strings
+from toolscore.config import Config, FlowRule
+from toolscore.errors import PlanProblem
+from toolscore.plan.nodes import Block, CheckedBlock, CheckedCall, CheckedPlan
+
+__all__ = [
+    "MIN_QUOTE",
+    "SEEN",
+    "STEP",
+    "UNTRUSTED",
+    "FlowRules",
+    "Seen",
+    "StepTaint",
+    "Taint",
+    "Trust",
+    "block_steps",
+    "join",
+    "plan_problems",
+    "quoted",
+    "refusal",
+]
+
+UNTRUSTED = "untrusted"
+MIN_QUOTE = 8
+"""The shortest run of characters that counts as quoting a result (substring provenance)."""
+
+Taint = Mapping[str, str]
+"""Label -> its origin, a phrase naming the result that first carried it (`step 2 (web__fetch)`)."""
+
+T = TypeVar("T")
+
+
+def join(*taints: Taint) -> dict[str, str]:
+    """The union of labels; where two carry one label, the first origin stays."""
+    out: dict[str, str] = {}
+    for taint in taints:
+        for label, origin in taint.items():
+            out.setdefault(label, origin)
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Trust:
+    """Which results are untrusted: whole servers, or some tools of a trusted one (servers.json)."""
+
+    untrusted: frozenset[str] = frozenset()
+    tools: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """Server -> downstream tool globs whose results are untrusted."""
+
+    @classmethod
+    def of(cls, config: Config) -> Trust:
+        servers = config.enabled_servers
+        return cls(
+            frozenset(s.name for s in servers if s.trust == "untrusted"),
+            {s.name: s.untrusted_tools for s in servers if s.untrusted_tools},
+        )
+
+    def labels(self, server: str, tool: str, origin: str) -> dict[str, str]:
+        """The labels of a result of `tool` (its downstream name) on `server`."""
+        out = {f"server:{server}": origin}
+        if server in self.untrusted or matches(tool, self.tools.get(server, ())):
+            out[UNTRUSTED] = origin
+        return out
+
+
+Outcome = Literal["deny", "confirm"]
+
+
+class FlowRules:
+    """The `flow` rule: label -> tools it may not reach (`deny`) or only with the user's yes (`confirm`)."""
+
+    def __init__(self, rules: Mapping[str, FlowRule]) -> None:
+        self._rules = dict(rules)
+
+    def verdict(self, names: Sequence[str], taint: Taint) -> tuple[Outcome, str, str] | None:
+        """(outcome, label, glob) for a call of the tool known by `names` whose arguments carry
+        `taint`, or None when it may run; a `deny` anywhere wins over a `confirm`."""
+        found: tuple[Outcome, str, str] | None = None
+        for label in taint:
+            rule = self._rules.get(label)
+            if rule is None:
+                continue
+            for outcome, globs in (("deny", rule.deny), ("confirm", rule.confirm)):
+                glob = next((g for g in globs if any(matches(n, g, fold=True) for n in names)), None)
+                if glob is not None:
+                    if outcome == "deny":
+                        return "deny", label, glob
+                    found = found or ("confirm", label, glob)
+        return found
+
+
+def _windows(arguments: Any) -> set[str]:
+    """Every run of `MIN_QUOTE` characters in the arguments' strings (object keys included)."""
+    out: set[str] = set()
+    for text in iter_strings(arguments, keys=True):
+        out.update(text[i : i + MIN_QUOTE] for i in range(len(text) - MIN_QUOTE + 1))
+    return out
+
+
+# Searching a text once per window runs at C speed; past this many windows one pass over the
+# text, looking each of its windows up in the set, costs less.
+_SEARCH_WINDOWS = 48
+
+
+def quoted(arguments: Any, texts: Iterable[tuple[str, T]]) -> T | None:
+    """The first source whose text the arguments quote (`MIN_QUOTE` or more characters in a row),
+    or None. Cost: linear in the texts' length, whatever the arguments hold."""
+    windows = _windows(arguments)
+    if not windows:
+        return None
+    for text, source in texts:
+        if len(text) < MIN_QUOTE:
+            continue
+        if len(windows) <= _SEARCH_WINDOWS:
+            if any(w in text for w in windows):
+                return source
+        elif any(text[i : i + MIN_QUOTE] in windows for i in range(len(text) - MIN_QUOTE + 1)):
+            return source
+    return None
+
+
+def block_steps(plan: CheckedPlan) -> dict[str, tuple[int, ...]]:
+    """Each block id of the plan -> the steps inside that block (a reference to it reads them all)."""
+    out: dict[str, tuple[int, ...]] = {}
+
+    def walk(node: CheckedBlock) -> list[int]:
+        steps: list[int] = []
+        for child in node.children:
+            steps.extend(walk(child) if isinstance(child, CheckedBlock) else [child.step])
+        if node.block.id:
+            out[node.block.id] = tuple(steps)
+        return steps
+
+    walk(plan.root)
+    return out
+
+
+def _phrase(call: CheckedCall) -> str:
+    return f"step {call.step} ({call.route.public_name})"
+
+
+def _names(call: CheckedCall) -> tuple[str, str]:
+    return call.route.public_name, call.route.canonical
+
+
+def refusal(step: int, tool: str, verdict: tuple[Outcome, str, str], taint: Taint, *, plan: bool) -> str:
+    """The message of a call the flow rule refuses: the step, the label, its source, the rule."""
+    outcome, label, glob = verdict
+    where = f"step {step} ({tool})" if step else f"'{tool}'"
+    verb = "denies" if outcome == "deny" else "asks the user before"
+    rule = f"the flow rule {verb} {label} data in '{glob}'"
+    text = f"{where} may not receive {label} data: its arguments carry the result of {taint[label]}; {rule}"
+    if outcome == "confirm" and plan:
+        text += " (a plan step cannot ask: call it directly)"
+    return text
+
+
+def plan_problems(plan: CheckedPlan, trust: Trust, rules: FlowRules) -> list[PlanProblem]:
+    """Every step of a plan whose references bring it labels the flow rule refuses, before any step
+    runs. References to earlier turns are checked when the step runs (`STEP`)."""
+    blocks = block_steps(plan)
+    results: dict[int, dict[str, str]] = {}
+    problems: list[PlanProblem] = []
+    for call in plan.steps:
+        taint: dict[str, str] = {}
+        for ref in call.refs:
+            target = ref.target
+            if isinstance(target, str):
+                ident = plan.ids.get(target)
+                steps: Iterable[int] = blocks.get(target, ()) if isinstance(ident, Block) else (ident,) if ident else ()
+            else:
+                steps = (target,)
+            taint = join(taint, *(results.get(s, {}) for s in steps))
+        if not isinstance(call, CheckedCall):
+            results[call.step] = taint  # a capability's tools are known when it runs
+            continue
+        verdict = rules.verdict(_names(call), taint)
+        if verdict is not None:
+            node = call.node
+            message = refusal(call.step, call.route.public_name, verdict, taint, plan=True)
+            problems.append(PlanProblem("flow", message, step=node.step, tag=node.tag, id=node.id))
+        results[call.step] = join(taint, trust.labels(call.route.server, call.route.remote_name, _phrase(call)))
+    return problems
+
+
+@dataclass
+class StepTaint:
+    """The labels of a plan step running now: set by the plan runner, read (and completed) by the
+    flow hook, which knows the servers' trust."""
+
+    step: int
+    arguments: dict[str, str]
+    result: dict[str, str] | None = None
+    """The labels of the step's result, once the hook saw its call (None: no hook ran)."""
+
+
+Seen = Callable[[], Iterable[tuple[str, str]]]
+"""The untrusted results the model of a `delegate` task has seen so far, as (text, origin) pairs."""
+
+STEP: ContextVar[StepTaint | None] = ContextVar("toolscore_flow_step", default=None)
+SEEN: ContextVar[Seen | None] = ContextVar("toolscore_flow_seen", default=None)
