@@ -469,7 +469,7 @@ def _flow_label(value: Any) -> Any:
 
 
 class FlowRule(_Frozen):
-    """What data carrying one label may reach (docs/policy.md#flow): tools named by globs over the
+    """What data carrying one label may reach (docs/policy.md#the-flow-rule): tools named by globs over the
     exposed and the canonical name (`microsandbox__*`, `*__write*`)."""
 
     deny: tuple[str, ...] = ()
@@ -503,7 +503,7 @@ class ConstraintsConfig(_Frozen):
     """Rules per principal (`NAME`, as a token file or an access token names it) or per role
     (`role:NAME`), composed with the global rules: deny wins (docs/policy.md#per-principal-rules)."""
     flow: dict[Annotated[str, BeforeValidator(_flow_label)], FlowRule] | None = None
-    """Label -> the tools data carrying it may not reach (docs/policy.md#flow): a plan step's
+    """Label -> the tools data carrying it may not reach (docs/policy.md#the-flow-rule): a plan step's
     arguments carry the labels of the results they reference; a `delegate` call those of the
     results the model saw that its arguments quote."""
     flow_passthrough: Literal["off", "warn", "enforce"] = "warn"
