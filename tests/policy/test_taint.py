@@ -132,8 +132,7 @@ async def test_a_confirm_rule_refuses_a_plan_step_which_cannot_ask(tmp_path: Pat
 # -- delegate: quotation of what the model read ---------------------------------------------------
 
 
-def sampler(turns: list[str]) -> Any:
-    seen: list[object] = []
+def sampler(turns: list[str], seen: list[mcp_types.CreateMessageRequestParams]) -> Any:
 
     async def answer(context: Any, params: mcp_types.CreateMessageRequestParams) -> mcp_types.CreateMessageResult:
         seen.append(params)
@@ -151,9 +150,14 @@ async def test_a_delegate_call_quoting_an_untrusted_observation_is_refused_namin
         '<fx><counter>{"key": "unrelated"}</counter></fx><execute_tools />',
         "<answer>done</answer>",
     ]
-    async with flow_gateway(tmp_path, sampling=sampler(turns)) as (client, sink):
+    seen: list[mcp_types.CreateMessageRequestParams] = []
+    async with flow_gateway(tmp_path, sampling=sampler(turns, seen)) as (client, sink):
         result = await client.call_tool("delegate", {"task": "read the page, then count"})
     assert not result.is_error, text(result)
+    # The model reads the refusal as the call's result, naming the step it quoted.
+    observation = seen[2].messages[-1].content
+    assert isinstance(observation, mcp_types.TextContent)
+    assert "may not receive untrusted data" in observation.text and "step 1 (web.echo)" in observation.text
     refusal = next(r for r in sink.records if r.tool == "fx__counter" and r.violations)
     assert "may not receive untrusted data" in refusal.violations[0]
     assert "step 1 (web.echo), which the model read and these arguments quote" in refusal.violations[0]

@@ -39,9 +39,9 @@ __all__ = ["FlowHooks", "flow_hooks"]
 
 log = structlog.get_logger("toolscore.policy")
 
-_RECENT_RESULTS = 32
+_RECENT_RESULTS = 16
 """Untrusted results kept per caller for the passthrough check."""
-_RECENT_BYTES = 256 * 1024
+_RECENT_BYTES = 64 * 1024
 """Of each, the characters kept (a quotation from past this is not seen)."""
 _CALLERS = 1024
 """Callers whose results are kept; the least recently seen goes first."""

@@ -125,14 +125,15 @@ def _windows(arguments: Any) -> set[str]:
     return out
 
 
-# Searching a text once per window runs at C speed; past this many windows one pass over the
-# text, looking each of its windows up in the set, costs less.
-_SEARCH_WINDOWS = 48
+# Searching a text once per window runs at C speed (about 0.5 ns a character); past this many
+# windows one pass over the text, looking each of its windows up in the set, costs less.
+_SEARCH_WINDOWS = 512
 
 
 def quoted(arguments: Any, texts: Iterable[tuple[str, T]]) -> T | None:
     """The first source whose text the arguments quote (`MIN_QUOTE` or more characters in a row),
-    or None. Cost: linear in the texts' length, whatever the arguments hold."""
+    or None. Cost: linear in the texts' length, with a factor bounded whatever the arguments hold
+    (`benchmarks/flow.py`)."""
     windows = _windows(arguments)
     if not windows:
         return None
