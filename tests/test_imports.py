@@ -52,6 +52,7 @@ NOT_FOR_PASSTHROUGH = (
     "toolscore.plan.parse",
     "toolscore.plan.check",
     "toolscore.plan.refs",
+    "toolscore.plan.approval",
     "toolscore.plan.values",
     "toolscore.plan.run",
     "toolscore.plan.transcript",

@@ -31,6 +31,7 @@ PURE = [
     "loop/limits.py",
     "loop/scan.py",
     "loop/stops.py",
+    "plan/approval.py",
     "plan/check.py",
     "plan/lex.py",
     "plan/nodes.py",

@@ -170,9 +170,10 @@ def test_a_plan_leaves_references_and_the_size_limit_to_the_steps_run_time_check
     ]
 
 
-def test_a_plan_refuses_a_tool_that_needs_the_users_confirmation() -> None:
+def test_a_plan_step_that_needs_the_users_confirmation_needs_the_plans_approval() -> None:
     assert static_violations({"destructive": "confirm"}, "fx__delete", {"key": "k"}, plan=True) == [
-        "destructive: 'fx__delete' needs the user's confirmation: call it directly"
+        "needs_approval: 'fx__delete' needs the user's confirmation: a plan with such steps is shown to the user "
+        "once, before it runs, which needs a client that can ask (elicitation); call it directly otherwise"
     ]
     assert static_violations({"destructive": "confirm"}, "fx__delete", {"key": "k"}) == []  # asked when it runs
 

@@ -30,7 +30,7 @@ from toolscore.downstream.registry import Route
 from toolscore.errors import DownstreamProtocolError, InputRequired, Rejected
 from toolscore.front.callers import Callers
 from toolscore.front.catalog import CatalogHandlers
-from toolscore.front.confirm import Sealer, confirmer
+from toolscore.front.confirm import Sealer, confirmer, plan_approver
 from toolscore.front.express import ExpressLane
 from toolscore.front.fast import FastCalls
 from toolscore.front.forward import FrontPeer, FrontPeers, LoggingHandlers, LogLevels, RootsHandlers
@@ -371,7 +371,11 @@ class ToolHandlers:
                     log.warning("episode store unreachable: the plan runs without restoring", exc_info=True)
             with tracing.plan_span() as span:
                 answer = await self._orchestrator(
-                    params.arguments, progress=progress, request_id=ctx.request_id, scope=scope
+                    params.arguments,
+                    progress=progress,
+                    request_id=ctx.request_id,
+                    scope=scope,
+                    approve=plan_approver(ctx, params, caller, self._sealer),
                 )
                 if span is not None:
                     tracing.plan_attributes(span, answer)

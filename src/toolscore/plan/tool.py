@@ -20,7 +20,7 @@ import mcp_types
 from toolscore._engine import ToolExecutionEngine, error_result
 from toolscore.audit.sinks import AuditRecord, AuditSink
 from toolscore.config import Config
-from toolscore.errors import PlanCheckError, PlanProblem, PlanSyntaxError
+from toolscore.errors import InputRequired, PlanCheckError, PlanProblem, PlanSyntaxError, Rejected
 from toolscore.plan.blocks import SPECS, shorthand_table
 from toolscore.plan.nodes import CheckedBlock, CheckedCapability, CheckedNode, CheckedPlan, ParsedTurn, PlanPolicy
 from toolscore.scope import NO_CLIENT, CallScope
@@ -28,6 +28,7 @@ from toolscore.telemetry import tracing
 from toolscore.types import ProgressFn, ToolSource
 
 if TYPE_CHECKING:
+    from toolscore.plan.approval import Approve
     from toolscore.plan.run import CapabilityHub, Episode
 
 __all__ = ["ORCHESTRATE", "Orchestrator"]
@@ -225,8 +226,13 @@ class Orchestrator:
         progress: ProgressFn | None = None,
         request_id: Any = None,
         scope: CallScope = NO_CLIENT,
+        approve: Approve | None = None,
     ) -> mcp_types.CallToolResult:
-        """Answer one `orchestrate` call made in `scope` (its caller's episodes it may use)."""
+        """Answer one `orchestrate` call made in `scope` (its caller's episodes it may use).
+
+        `approve`: asks the user once to approve a plan with confirm steps (`toolscore.plan.approval`);
+        without it, such a plan is refused."""
+        from toolscore.plan.approval import APPROVED, approval_request
         from toolscore.plan.run import PlanRunner
         from toolscore.plan.transcript import render_plan_errors, render_results
 
@@ -260,9 +266,11 @@ class Orchestrator:
             if len(plan) > _OFFLOAD_BYTES:
                 # Parsing and checking are linear, but a large plan still takes milliseconds:
                 # a worker thread keeps every other client's calls moving meanwhile.
-                turn, checked = await anyio.to_thread.run_sync(self._prepare, plan, *earlier, table, caller)
+                turn, checked, held = await anyio.to_thread.run_sync(self._prepare, plan, *earlier, table, caller)
             else:
-                turn, checked = self._prepare(plan, *earlier, table, caller)
+                turn, checked, held = self._prepare(plan, *earlier, table, caller)
+            if held and approve is None:  # the user cannot be asked: refused, as any other problem
+                raise PlanCheckError(held)
         except (PlanSyntaxError, PlanCheckError) as exc:
             self._audit_plan(plan, request_id, None, began, {"plan_error": len(exc.problems)}, success=False)
             tracing.plan_event("refused", {"toolscore.problems": len(exc.problems)})
@@ -281,6 +289,26 @@ class Orchestrator:
             return self._describe(checked, turn, episode)
 
         plan_id = uuid.uuid4().hex[:12]
+        approval = None
+        if held and approve is not None:  # asked once, before anything runs
+            asked = approval_request(checked, plan, {p.step for p in held if p.step is not None})
+            try:
+                approved = await approve(asked.question, asked.binding)
+            except (InputRequired, Rejected) as stopped:
+                if episode_id is None:  # nothing ran in the episode made for this plan
+                    self.episodes.end(caller, episode.id)
+                if isinstance(stopped, InputRequired):  # the client asks its user and sends the plan again
+                    raise
+                violation = f"destructive: {stopped.reason}"
+                self._audit_plan(plan, request_id, None, began, {}, success=False, violation=violation)
+                return error_result(f"{stopped} Nothing was run.")
+            if not approved:
+                if episode_id is None:
+                    self.episodes.end(caller, episode.id)
+                declined = "destructive: the user declined the plan"
+                self._audit_plan(plan, request_id, None, began, {}, success=False, violation=declined)
+                return error_result("The user declined the plan: nothing was run.")
+            approval = asked.approval(plan_id)
         episode.next_step += len(turn.calls)
         runner = PlanRunner(
             engine=self._engine,
@@ -294,7 +322,12 @@ class Orchestrator:
             max_argument_bytes=self._config.settings.max_request_bytes,
             capabilities=self.capabilities,
         )
-        finished = await runner.run(checked, self._limits.budget_seconds)
+        # The confirm steps' own check finds the approval here (`toolscore.policy.static`).
+        token = APPROVED.set(approval)
+        try:
+            finished = await runner.run(checked, self._limits.budget_seconds)
+        finally:
+            APPROVED.reset(token)
         tracing.plan_event("ran", {"toolscore.completed": finished})
         records = [episode.steps[c.step] for c in checked.steps]
         text, steps = render_results(
@@ -323,8 +356,9 @@ class Orchestrator:
         first_step: int,
         capabilities: dict[str, tuple[str, ...]] | None = None,
         caller: str | None = None,
-    ) -> tuple[ParsedTurn, CheckedPlan | None]:
+    ) -> tuple[ParsedTurn, CheckedPlan | None, tuple[PlanProblem, ...]]:
         """Parse and check a plan (pure: safe in a worker thread); no checked plan if it has no calls.
+        With it, the problems the user's approval of the plan lifts (its confirm steps).
 
         `capabilities`: the ToolHub's capabilities and candidates, or None where there is no hub.
         `caller`: whose plan it is (its principal's rules apply, `constraints.principals`).
@@ -332,6 +366,7 @@ class Orchestrator:
         Raises:
             PlanSyntaxError, PlanCheckError: every problem found.
         """
+        from toolscore.plan.approval import NEEDS_APPROVAL
         from toolscore.plan.check import check_plan
         from toolscore.plan.parse import parse_turn
 
@@ -346,7 +381,7 @@ class Orchestrator:
         if not turn.calls:
             if turn.problems:
                 raise PlanSyntaxError(turn.problems)
-            return turn, None
+            return turn, None, ()
         checked = check_plan(
             turn,
             self._tools.registry,
@@ -356,9 +391,10 @@ class Orchestrator:
             earlier_ids=earlier_ids,
             capabilities=capabilities if self.capabilities is not None else None,
         )
-        if self._policy is not None and (problems := self._policy(checked, caller)):
+        problems = self._policy(checked, caller) if self._policy is not None else []
+        if any(problem.code != NEEDS_APPROVAL for problem in problems):
             raise PlanCheckError(problems)
-        return turn, checked
+        return turn, checked, tuple(problems)
 
     def _no_calls(self, turn: ParsedTurn, episode: Episode, caller: str) -> mcp_types.CallToolResult:
         from toolscore.plan.transcript import render_plan_errors

@@ -108,6 +108,7 @@ def violations(
     found: list[Violation] = []
     skip: Callable[[str], bool] | None = None
     if plan:  # the reference syntax is the plan parser's, loaded with the first plan
+        from toolscore.plan.approval import NEEDS_APPROVAL
         from toolscore.plan.refs import contains_ref
 
         skip = contains_ref
@@ -117,8 +118,8 @@ def violations(
     if hints is not None and hints.destructive_hint and rules.destructive != "allow":
         if rules.destructive == "deny":
             found.append(("destructive", f"'{route.public_name}' is marked destructive and such tools are denied"))
-        elif plan:
-            found.append(("destructive", f"'{route.public_name}' needs the user's confirmation: call it directly"))
+        elif plan:  # lifted by the user's approval of the whole plan, where the client can give one
+            found.append((NEEDS_APPROVAL, f"'{route.public_name}' needs the user's confirmation: {_NO_APPROVAL}"))
     limits = rules.arguments
     if limits.max_bytes is not None and not plan:
         size = len(json.dumps(arguments, separators=(",", ":"), ensure_ascii=False).encode("utf-8", "surrogatepass"))
@@ -143,6 +144,12 @@ def violations(
     return found, pinned
 
 
+_NO_APPROVAL = (
+    "a plan with such steps is shown to the user once, before it runs, which needs a client that can ask "
+    "(elicitation); call it directly otherwise"
+)
+
+
 class StaticRules:
     """Pre-execution: `tools`, `destructive` and `arguments`; and the same rules over whole plans."""
 
@@ -160,20 +167,25 @@ class StaticRules:
         if found:
             rule, reason = found[0]
             raise Rejected(reason, hook=rule)
+        written = ctx.arguments  # as the plan's approval showed them, before paths are pinned
         ctx.arguments = pinned  # the call goes on with the real paths that were checked
         hints = route.tool.annotations
         if hints is not None and hints.destructive_hint and rules.destructive == "confirm":
-            await _confirm(ctx, route.public_name)
+            await _confirm(ctx, route.public_name, written)
         return None
 
     def plan_problems(self, plan: CheckedPlan) -> list[PlanProblem]:
         """Every static rule a plan's steps break, before any of them runs."""
+        from toolscore.plan.approval import NEEDS_APPROVAL
+
         problems: list[PlanProblem] = []
         for call in plan.calls:
             found, _ = violations(call.route, call.arguments, self._rules.of(call.route.server), plan=True)
             node = call.node
             problems.extend(
-                PlanProblem("policy", f"{rule}: {reason}", step=node.step, tag=node.tag, id=node.id)
+                PlanProblem(NEEDS_APPROVAL, f"destructive: {reason}", step=node.step, tag=node.tag, id=node.id)
+                if rule == NEEDS_APPROVAL
+                else PlanProblem("policy", f"{rule}: {reason}", step=node.step, tag=node.tag, id=node.id)
                 for rule, reason in found
             )
         return problems
@@ -200,8 +212,21 @@ async def _client_roots(ctx: ExecutionContext, server: str) -> tuple[str, ...]:
     return roots_of_uris(str(root.uri) for root in answer.roots)
 
 
-async def _confirm(ctx: ExecutionContext, tool: str) -> None:
-    """Ask the user to allow a destructive call; refuse it unless they do."""
+async def _confirm(ctx: ExecutionContext, tool: str, written: Any) -> None:
+    """Ask the user to allow a destructive call; refuse it unless they do. A plan's step was
+    asked for with its plan: it runs only with arguments that fit what the user was shown."""
+    if ctx.plan_id is not None:
+        from toolscore.plan.approval import APPROVED  # loaded with the first plan
+
+        approval = APPROVED.get()
+        if approval is not None and approval.plan_id == ctx.plan_id:
+            if not approval.allows(tool, written):
+                raise Rejected(
+                    f"'{tool}' was approved with the plan, but its resolved arguments differ from what the "
+                    "user was shown",
+                    hook="destructive",
+                )
+            return
     if ctx.confirm is None:
         raise Rejected(
             f"'{tool}' is destructive and needs the user's confirmation, which this client cannot give "
