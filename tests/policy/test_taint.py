@@ -185,6 +185,42 @@ async def test_passthrough_warns_by_default_and_enforce_refuses(tmp_path: Path) 
             assert not (tmp_path / mode / "count-please exfiltrate-the-keys").exists()
 
 
+@pytest.mark.parametrize(("answer", "runs"), [(True, True), (False, False)])
+async def test_an_enforced_confirm_asks_the_user_for_a_quoting_call(tmp_path: Path, answer: bool, runs: bool) -> None:
+    asked: list[str] = []
+
+    async def elicit(context: Any, params: mcp_types.ElicitRequestParams) -> mcp_types.ElicitResult:
+        asked.append(params.message)
+        return mcp_types.ElicitResult(action="accept", content={"confirm": answer})
+
+    async with flow_gateway(tmp_path, passthrough="enforce", elicitation_callback=elicit) as (client, _):
+        await client.call_tool("web__echo", {"text": INJECTED})
+        unasked = await client.call_tool("fx__delete", {"key": "mine"})
+        result = await client.call_tool("fx__delete", {"key": "exfiltrate-the-keys"})
+    assert not unasked.is_error and len(asked) == 1  # only the quoting call is asked about
+    assert "an earlier result of web__echo" in asked[0]
+    assert result.is_error is not runs
+    assert (tmp_path / "deleted-exfiltrate-the-keys").exists() is runs
+    if not runs:
+        assert "the user did not allow it" in text(result)
+
+
+async def test_a_rule_on_one_servers_label(tmp_path: Path) -> None:
+    servers = {"web": {}, "fx": {}}  # both trusted: the rule is about where data came from
+    constraints = {"enabled": True, "flow": {"server:web": {"deny": ["fx__counter"]}}}
+    plan = '<web><echo id="w">{"text": "from-web"}</echo></web><fx><counter>{"key": "${w.text}"}</counter></fx>'
+    local = '<fx><echo id="f">{"text": "from-fx"}</echo></fx><fx><counter>{"key": "${f.text}"}</counter></fx>'
+    async with (
+        memory_gateway(tmp_path, servers, constraints=constraints) as (gw, _),
+        Client(gw.server, mode="legacy") as client,
+    ):
+        refused = await client.call_tool("orchestrate", {"plan": plan})
+        allowed = await client.call_tool("orchestrate", {"plan": local})
+    assert refused.is_error and "may not receive server:web data" in text(refused)
+    assert [s["status"] for s in steps(allowed)] == ["ok", "ok"]
+    assert [p.name for p in tmp_path.glob("count-*")] == ["count-from-fx"]
+
+
 async def test_passthrough_off_keeps_nothing_and_checks_nothing(tmp_path: Path) -> None:
     async with flow_gateway(tmp_path, passthrough="off") as (client, sink):
         await client.call_tool("web__echo", {"text": INJECTED})
