@@ -9,9 +9,9 @@ from typing import Any
 
 import mcp_types
 import pytest
-from mcp import Client
+from mcp import Client, StdioServerParameters
 
-from tests.conftest import memory_gateway, text
+from tests.conftest import TOOLSCORE, fixture_entry, memory_gateway, text, write_config
 from toolscore.front.confirm import CONFIRM_KEY, Sealer
 
 pytestmark = pytest.mark.anyio
@@ -125,3 +125,31 @@ async def test_a_2026_approval_runs_its_plan_once_and_no_other(tmp_path: Path) -
         replayed = await retry(PLAN, state)  # the same yes, sent again
         assert replayed.is_error and "used already" in text(replayed)
     assert all((tmp_path / name).read_text() == "1" for name in DELETED)  # each ran once
+
+
+async def test_steps_in_a_parallel_block_of_a_later_turn_run_on_the_one_approval(tmp_path: Path) -> None:
+    asked: list[str] = []
+    async with (
+        memory_gateway(tmp_path, **CONFIRM) as (gw, _),
+        Client(gw.server, mode="legacy", elicitation_callback=answering(True, asked)) as client,
+    ):
+        first = await client.call_tool("orchestrate", {"plan": '<fx><echo id="first">{"text": "e"}</echo></fx>'})
+        assert asked == [] and first.structured_content is not None  # nothing to approve
+        episode = first.structured_content["episode"]
+        plan = '<parallel><fx><delete>{"key": "${first.text}"}</delete><delete>{"key": "p"}</delete></fx></parallel>'
+        result = await client.call_tool("orchestrate", {"plan": plan, "episode": episode})
+    assert not result.is_error and deleted(tmp_path) == ["deleted-e", "deleted-p"]
+    assert len(asked) == 1
+    assert '      key: from "first" of an earlier plan in this episode (${first.text})' in asked[0].splitlines()
+
+
+@pytest.mark.e2e
+async def test_a_stdio_gateway_asks_once_for_a_plan_on_its_hot_path(tmp_path: Path) -> None:
+    constraints = {"enabled": True, "destructive": "confirm"}
+    config = write_config(tmp_path, {"fx": fixture_entry(tmp_path)}, constraints=constraints)
+    asked: list[str] = []
+    params = StdioServerParameters(command=TOOLSCORE, args=["serve", "--config", str(config)])
+    async with Client(params, mode="legacy", elicitation_callback=answering(True, asked)) as client:
+        result = await client.call_tool("orchestrate", {"plan": PLAN})
+    assert not result.is_error and len(asked) == 1
+    assert deleted(tmp_path) == sorted(DELETED)

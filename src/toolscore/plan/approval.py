@@ -82,7 +82,7 @@ def _step_name(plan: CheckedPlan, target: int | str) -> str:
         return f'step {local} "{target}"'
     if isinstance(local, Block):
         return f'the block "{target}"'
-    return f'"{target}" (an earlier plan of this episode)'
+    return f'"{target}" of an earlier plan in this episode'
 
 
 def _sources(plan: CheckedPlan, arguments: dict[str, Any]) -> list[str]:
