@@ -255,9 +255,10 @@ def test_quotation_needs_eight_characters_in_a_row_and_is_linear() -> None:
     assert quoted({"k": ["x", {"nested": "wire the"}]}, texts) == "page"
     assert quoted({"wire the money": 1}, texts) == "page"  # object keys too
     assert quoted({"note": "paraphrased: send funds"}, texts) is None
-    long_args = {"blob": "z" * 5000}  # many windows: one pass over the text instead
-    assert quoted(long_args, texts) is None
-    assert quoted({"blob": "z" * 5000 + "money to"}, texts) == "page"
+    many = "".join(chr(0x4E00 + n) for n in range(3000))  # thousands of distinct windows: one pass over the text
+    assert quoted({"blob": many}, texts) is None
+    assert quoted({"blob": many + "money to"}, texts) == "page"
+    assert quoted({"blob": many}, [("short", "tiny"), (f"xx{many[2000:2008]}xx", "late")]) == "late"
 
 
 def test_deny_wins_over_confirm_and_names_match_folded() -> None:
@@ -305,3 +306,22 @@ def test_bad_trust_and_flow_settings_name_the_file_and_field(
 def test_other_clients_boolean_trust_leaves_the_default() -> None:
     cfg = parse_config({"mcpServers": {"a": {"command": "x", "trust": True}}})
     assert cfg.servers["a"].trust == "trusted"
+
+
+async def test_a_capability_steps_result_carries_the_labels_of_the_tool_that_answered(tmp_path: Path) -> None:
+    servers = {"web": {"trust": "untrusted", "capabilities": {"echo": ["lookup"]}}, "fx": {}}
+    constraints = {"enabled": True, "flow": RULE}
+    plan = (
+        f'<call capability="lookup" id="s">{{"text": "{INJECTED}"}}</call>'
+        '<fx><counter>{"key": "${s.text}"}</counter></fx>'
+    )
+    async with (
+        memory_gateway(tmp_path, servers, constraints=constraints) as (gw, _),
+        Client(gw.server, mode="legacy") as client,
+    ):
+        result = await client.call_tool("orchestrate", {"plan": plan})
+    found, refused = steps(result)
+    assert found["status"] == "ok", found
+    # Which tool answers is known only when the step runs: the reference is judged then.
+    assert refused["status"] == "error" and "step 1 (web__echo)" in refused["error"]
+    assert list(tmp_path.glob("count-*")) == []
