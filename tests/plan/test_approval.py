@@ -97,5 +97,12 @@ async def test_an_approved_step_runs_only_with_arguments_that_fit_what_was_shown
             reason = refused.value.reason
             expected = "differ from what the user was shown" if plan_id == "plan1" else "cannot give"
             assert expected in reason, (plan_id, key)
+        other = context(route(cfg, "fx__delete"), {"key": "k-42"})
+        other.plan_id = "plan1"
+        token2 = APPROVED.set(Approval("plan1", {"fx__touch": ({"path": "p"},)}))
+        with pytest.raises(Rejected) as never_shown:
+            await rules(other)
+        APPROVED.reset(token2)
+        assert "not among the plan's steps the user approved" in never_shown.value.reason
     finally:
         APPROVED.reset(token)

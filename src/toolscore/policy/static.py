@@ -220,6 +220,8 @@ async def _confirm(ctx: ExecutionContext, tool: str, written: Any) -> None:
 
         approval = APPROVED.get()
         if approval is not None and approval.plan_id == ctx.plan_id:
+            if tool not in approval.shown:  # a capability step's candidate, say: never shown
+                raise Rejected(f"'{tool}' is not among the plan's steps the user approved", hook="destructive")
             if not approval.allows(tool, written):
                 raise Rejected(
                     f"'{tool}' was approved with the plan, but its resolved arguments differ from what the "
