@@ -153,3 +153,14 @@ async def test_a_stdio_gateway_asks_once_for_a_plan_on_its_hot_path(tmp_path: Pa
         result = await client.call_tool("orchestrate", {"plan": PLAN})
     assert not result.is_error and len(asked) == 1
     assert deleted(tmp_path) == sorted(DELETED)
+
+
+async def test_a_dry_run_asks_nothing_and_says_which_steps_need_the_approval(tmp_path: Path) -> None:
+    asked: list[str] = []
+    async with (
+        memory_gateway(tmp_path, **CONFIRM) as (gw, _),
+        Client(gw.server, mode="legacy", elicitation_callback=answering(True, asked)) as client,
+    ):
+        result = await client.call_tool("orchestrate", {"plan": PLAN, "dry_run": True})
+    assert not result.is_error and asked == [] and deleted(tmp_path) == []
+    assert "steps 2, 3, 4 need the user's approval" in text(result)

@@ -286,7 +286,7 @@ class Orchestrator:
         if checked is None:
             return self._no_calls(turn, episode, caller)
         if dry_run:
-            return self._describe(checked, turn, episode)
+            return self._describe(checked, turn, episode, approval=[p.step for p in held if p.step is not None])
 
         plan_id = uuid.uuid4().hex[:12]
         approval = None
@@ -411,7 +411,9 @@ class Orchestrator:
         )
         return _text(render_plan_errors([problem]), is_error=True)
 
-    def _describe(self, plan: CheckedPlan, turn: ParsedTurn, episode: Episode) -> mcp_types.CallToolResult:
+    def _describe(
+        self, plan: CheckedPlan, turn: ParsedTurn, episode: Episode, approval: list[int] | None = None
+    ) -> mcp_types.CallToolResult:
         def node(n: CheckedNode) -> dict[str, Any]:
             if isinstance(n, CheckedCapability):
                 return {
@@ -451,6 +453,10 @@ class Orchestrator:
             lines.append(f"  step {call.step}{named}: {what} depends on {deps}")
         lines.append("</plan>")
         lines.extend(f"<warning>{w}</warning>" for w in (*turn.warnings, *plan.warnings))
+        if approval:
+            steps = f"step {approval[0]} needs" if len(approval) == 1 else f"steps {', '.join(map(str, approval))} need"
+            note = f"{steps} the user's approval: the plan is shown to them once before it runs"
+            lines.append(f"<warning>{note}</warning>")
         return _text("\n".join(lines), structured={"episode": episode.id, "plan": tree})
 
     def _audit_plan(
