@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from toolscore.downstream.backchannel import Peer
     from toolscore.downstream.modern import FrontCall
+    from toolscore.plan.approval import Approval
+    from toolscore.trust.labels import Seen, StepTaint
 
 __all__ = ["NO_CLIENT", "CallScope", "principal_of"]
 
@@ -38,6 +40,16 @@ class CallScope:
     front: FrontCall | None = None
     """A 2026-07-28 client's passthrough request, relayed to the server as the client's own
     (`toolscore.downstream.modern`); None for every other request, the gateway's own tools' included."""
+    approval: Approval | None = None
+    """The user's yes to the plan this call is a step of (`toolscore.plan.approval`): a confirm
+    step runs only with arguments that fit what the user was shown."""
+    seen: Seen | None = None
+    """What the model of the `delegate` task making this call has read of untrusted results, for
+    the flow rule's quotation check (`toolscore.trust.labels`)."""
+    taint: StepTaint | None = None
+    """The data-flow labels of the plan step this call is (`toolscore.trust.labels`): what its
+    references bring, judged by the flow rule, which adds its result's. Each step has a scope of
+    its own, made from its plan's with this set."""
 
 
 NO_CLIENT = CallScope()

@@ -10,9 +10,10 @@ import pytest
 from tests.plan.conftest import check
 from tests.policy import config, context, route
 from toolscore.errors import Rejected
-from toolscore.plan.approval import APPROVED, Approval, approval_request, fits, render
+from toolscore.plan.approval import Approval, approval_request, fits, render
 from toolscore.policy.scope import resolve_scopes
 from toolscore.policy.static import StaticRules
+from toolscore.scope import CallScope
 
 pytestmark = pytest.mark.anyio
 
@@ -84,25 +85,21 @@ async def test_an_approved_step_runs_only_with_arguments_that_fit_what_was_shown
     cfg = config({"destructive": "confirm"})
     rules = StaticRules(resolve_scopes(cfg))
     delete = route(cfg, "fx__delete")
-    token = APPROVED.set(Approval("plan1", {"fx__delete": ({"key": "k-${1.text}"},)}))
-    try:
-        ctx = context(delete, {"key": "k-42"})
-        ctx.plan_id = "plan1"
-        assert await rules(ctx) is None  # no question: the plan's approval covers it
-        for plan_id, key in (("plan1", "j-42"), ("plan2", "k-42"), (None, "k-42")):
-            ctx = context(delete, {"key": key})
-            ctx.plan_id = plan_id
-            with pytest.raises(Rejected) as refused:
-                await rules(ctx)
-            reason = refused.value.reason
-            expected = "differ from what the user was shown" if plan_id == "plan1" else "cannot give"
-            assert expected in reason, (plan_id, key)
-        other = context(route(cfg, "fx__delete"), {"key": "k-42"})
-        other.plan_id = "plan1"
-        token2 = APPROVED.set(Approval("plan1", {"fx__touch": ({"path": "p"},)}))
-        with pytest.raises(Rejected) as never_shown:
-            await rules(other)
-        APPROVED.reset(token2)
-        assert "not among the plan's steps the user approved" in never_shown.value.reason
-    finally:
-        APPROVED.reset(token)
+    approved = CallScope(approval=Approval("plan1", {"fx__delete": ({"key": "k-${1.text}"},)}))
+    ctx = context(delete, {"key": "k-42"})
+    ctx.plan_id, ctx.scope = "plan1", approved
+    assert await rules(ctx) is None  # no question: the plan's approval covers it
+    for plan_id, key in (("plan1", "j-42"), ("plan2", "k-42"), (None, "k-42")):
+        ctx = context(delete, {"key": key})
+        ctx.plan_id, ctx.scope = plan_id, approved
+        with pytest.raises(Rejected) as refused:
+            await rules(ctx)
+        reason = refused.value.reason
+        expected = "differ from what the user was shown" if plan_id == "plan1" else "cannot give"
+        assert expected in reason, (plan_id, key)
+    other = context(route(cfg, "fx__delete"), {"key": "k-42"})
+    other.plan_id = "plan1"
+    other.scope = CallScope(approval=Approval("plan1", {"fx__touch": ({"path": "p"},)}))
+    with pytest.raises(Rejected) as never_shown:
+        await rules(other)
+    assert "not among the plan's steps the user approved" in never_shown.value.reason

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import anyio
@@ -29,7 +29,7 @@ from toolscore.plan.parse import parse_turn
 from toolscore.plan.run import BlockOutcome, Episode, PlanRunner, StepRecord
 from toolscore.plan.transcript import render_plan_errors, render_results
 from toolscore.scope import NO_CLIENT, CallScope
-from toolscore.trust.labels import SEEN, UNTRUSTED
+from toolscore.trust.labels import UNTRUSTED
 from toolscore.types import ToolSource
 
 __all__ = ["PlanContext", "TurnCalls"]
@@ -249,7 +249,6 @@ class TurnCalls:
         started = self._clock()
         self.latencies_ms.append((started - closed_at) * 1000)
         self._event("call_start", checked.calls[0].step)
-        SEEN.set(self._seen)  # in this item's own task: its calls are judged by what the model read
         runner = PlanRunner(
             engine=self._ctx.engine,
             episode=self._episode,
@@ -259,7 +258,8 @@ class TurnCalls:
             total=len(checked.calls),
             max_argument_bytes=self._ctx.max_argument_bytes,
             gate=self,
-            scope=self._scope,
+            # Its calls are judged by what the model read (the flow rule's quotation check).
+            scope=replace(self._scope, seen=self._seen),
         )
         finished = await runner.run(checked, self._ctx.limits.budget_seconds)
         self.blocks.extend(runner.blocks)

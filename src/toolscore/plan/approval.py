@@ -5,9 +5,9 @@ A plan whose steps need the user's confirmation (`destructive: "confirm"`) is sh
 anything runs: every step, its tool, its literal arguments, and which arguments come from which
 earlier step. What the user approves is bound by `ApprovalRequest.binding`, a digest of the plan
 text, the question shown and each confirm step's tool and argument template. While the plan runs,
-`APPROVED` holds the approval: a confirm step may run only if its resolved arguments fit a
-template that was shown (literal values equal, a whole-string reference any value, a reference
-inside text only text between the literal parts shown around it).
+the approval travels in its steps' scope (`CallScope.approval`): a confirm step may run only if
+its resolved arguments fit a template that was shown (literal values equal, a whole-string
+reference any value, a reference inside text only text between the literal parts shown around it).
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Awaitable, Callable, Collection, Mapping
-from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,7 +23,7 @@ from toolscore.errors import RefSyntaxError
 from toolscore.plan.nodes import Block, CheckedCapability, CheckedPlan, CheckedStep
 from toolscore.plan.refs import Ref, parse_template
 
-__all__ = ["APPROVED", "NEEDS_APPROVAL", "Approval", "ApprovalRequest", "Approve", "approval_request", "fits"]
+__all__ = ["NEEDS_APPROVAL", "Approval", "ApprovalRequest", "Approve", "approval_request", "fits"]
 
 NEEDS_APPROVAL = "needs_approval"
 """The code of a plan problem that the user's approval of the whole plan lifts (a confirm step)."""
@@ -49,10 +48,6 @@ class Approval:
     def allows(self, tool: str, arguments: Any) -> bool:
         """Whether a call of `tool` with these resolved arguments is one the user was shown."""
         return any(fits(template, arguments) for template in self.shown.get(tool, ()))
-
-
-APPROVED: ContextVar[Approval | None] = ContextVar("toolscore_plan_approval", default=None)
-"""The approval of the plan running in this context, if it needed one."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,7 +23,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import anyio
@@ -44,7 +44,7 @@ from toolscore.plan.nodes import (
 )
 from toolscore.plan.refs import resolve
 from toolscore.scope import NO_CLIENT, CallScope
-from toolscore.trust.labels import STEP, StepTaint, Taint, block_steps, join
+from toolscore.trust.labels import StepTaint, Taint, block_steps, join
 from toolscore.types import ProgressFn
 
 __all__ = [
@@ -346,13 +346,12 @@ class PlanRunner:
         except RefError as exc:
             record.status, record.error = "ref_error", str(exc)
             return
-        # The labels its references bring, for the flow hook to judge (and complete with its server's).
+        # The labels its references bring, in the step's own scope for the flow hook to judge (and
+        # complete with its server's); the calls of a capability step carry them too.
         taint = StepTaint(call.step, self._labels(call))
-        token = STEP.set(taint)
         try:
-            await self._step(call, arguments, record)
+            await self._step(call, arguments, record, replace(self._scope, taint=taint))
         finally:
-            STEP.reset(token)
             record.labels = taint.result if taint.result is not None else taint.arguments
 
     def _labels(self, call: CheckedStep) -> dict[str, str]:
@@ -368,9 +367,9 @@ class PlanRunner:
             found = join(found, *(self._episode.steps[s].labels for s in steps if s in self._episode.steps))
         return found
 
-    async def _step(self, call: CheckedStep, arguments: dict[str, Any], record: StepRecord) -> None:
+    async def _step(self, call: CheckedStep, arguments: dict[str, Any], record: StepRecord, scope: CallScope) -> None:
         if isinstance(call, CheckedCapability):
-            await self._capability(call, arguments, record)
+            await self._capability(call, arguments, record, scope)
             return
         retries = call.node.retries
         delay = _BACKOFF_FIRST
@@ -382,7 +381,7 @@ class PlanRunner:
                     arguments,
                     plan_id=self._plan_id,
                     timeout=call.node.timeout,
-                    scope=self._scope,
+                    scope=scope,
                 )
             result = run.result
             record.result = result
@@ -402,18 +401,20 @@ class PlanRunner:
             await anyio.sleep(min(delay, _BACKOFF_MAX) * random.uniform(0.8, 1.2))
             delay *= 2
 
-    async def _capability(self, call: CheckedCapability, arguments: dict[str, Any], record: StepRecord) -> None:
+    async def _capability(
+        self, call: CheckedCapability, arguments: dict[str, Any], record: StepRecord, scope: CallScope
+    ) -> None:
         """A capability step: one ToolHub call, its candidates' own calls each through the engine."""
         record.attempts = 1
         if self._capabilities is None:  # the checker refuses capability steps without a hub
             record.status, record.error = "error", "no ToolHub: capability steps cannot run here"
             return
         timeout = call.node.timeout
-        with anyio.move_on_after(timeout) as scope:
+        with anyio.move_on_after(timeout) as deadline:
             result = await self._capabilities.call_capability(
-                call.capability, arguments, plan_id=self._plan_id, scope=self._scope
+                call.capability, arguments, plan_id=self._plan_id, scope=scope
             )
-        if scope.cancelled_caught:
+        if deadline.cancelled_caught:
             record.status, record.error = "timeout", f"the capability call ran past the step's timeout ({timeout} s)"
             return
         record.result = result

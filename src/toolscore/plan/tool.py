@@ -11,6 +11,7 @@ import secrets
 import time
 import uuid
 from collections import Counter, OrderedDict
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -232,7 +233,7 @@ class Orchestrator:
 
         `approve`: asks the user once to approve a plan with confirm steps (`toolscore.plan.approval`);
         without it, such a plan is refused."""
-        from toolscore.plan.approval import APPROVED, approval_request
+        from toolscore.plan.approval import approval_request
         from toolscore.plan.run import PlanRunner
         from toolscore.plan.transcript import render_plan_errors, render_results
 
@@ -317,17 +318,13 @@ class Orchestrator:
             limiters=self._limiter,
             progress=progress,
             total=len(checked.steps),
-            scope=scope,
+            # The confirm steps' own check finds the approval in their scope (`toolscore.policy.static`).
+            scope=scope if approval is None else replace(scope, approval=approval),
             # A step's resolved arguments may be no larger than what a client may send directly.
             max_argument_bytes=self._config.settings.max_request_bytes,
             capabilities=self.capabilities,
         )
-        # The confirm steps' own check finds the approval here (`toolscore.policy.static`).
-        token = APPROVED.set(approval)
-        try:
-            finished = await runner.run(checked, self._limits.budget_seconds)
-        finally:
-            APPROVED.reset(token)
+        finished = await runner.run(checked, self._limits.budget_seconds)
         tracing.plan_event("ran", {"toolscore.completed": finished})
         records = [episode.steps[c.step] for c in checked.steps]
         text, steps = render_results(

@@ -216,9 +216,7 @@ async def _confirm(ctx: ExecutionContext, tool: str, written: Any) -> None:
     """Ask the user to allow a destructive call; refuse it unless they do. A plan's step was
     asked for with its plan: it runs only with arguments that fit what the user was shown."""
     if ctx.plan_id is not None:
-        from toolscore.plan.approval import APPROVED  # loaded with the first plan
-
-        approval = APPROVED.get()
+        approval = ctx.scope.approval
         if approval is not None and approval.plan_id == ctx.plan_id:
             if tool not in approval.shown:  # a capability step's candidate, say: never shown
                 raise Rejected(f"'{tool}' is not among the plan's steps the user approved", hook="destructive")

@@ -1,9 +1,10 @@
 """The `flow` rule as engine hooks: which labelled data may reach which tools (`toolscore.trust.labels`).
 
-A plan step (and so a `delegate` call) brings the labels the plan runner put in `labels.STEP`
-(what its references read) and, in a `delegate` task, those of the results the model saw that its
-arguments quote (`labels.SEEN`); `deny` and `confirm` refuse it (a step cannot ask the user). The
-hook completes the step's labels with its server's, for the steps that reference it.
+A plan step (and so a `delegate` call) brings the labels its scope carries (`CallScope.taint`,
+which the plan runner makes per step: what its references read) and, in a `delegate` task, those
+of the results the model saw that its arguments quote (`CallScope.seen`); `deny` and `confirm`
+refuse it (a step cannot ask the user). The hook completes the step's labels with its server's,
+for the steps that reference it.
 
 A client's own call (no plan) carries the labels of the client's recent untrusted results that its
 arguments quote, kept per caller by the post hook. `flow_passthrough` says what follows: `warn`
@@ -24,8 +25,6 @@ from toolscore.config import Config
 from toolscore.errors import PlanProblem, Rejected
 from toolscore.plan.nodes import CheckedPlan
 from toolscore.trust.labels import (
-    SEEN,
-    STEP,
     UNTRUSTED,
     FlowRules,
     Trust,
@@ -81,10 +80,10 @@ class FlowHooks:
         route = ctx.route
         assert route is not None
         names = (route.public_name, route.canonical)
-        step = STEP.get()
+        step = ctx.scope.taint
         if ctx.plan_id is not None:
             taint = dict(step.arguments) if step is not None else {}
-            seen = SEEN.get()
+            seen = ctx.scope.seen
             if seen is not None and (origin := quoted(ctx.arguments, seen())) is not None:
                 taint = join(taint, {UNTRUSTED: f"{origin}, which the model read and these arguments quote"})
             if step is not None:

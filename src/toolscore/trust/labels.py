@@ -13,15 +13,14 @@ Labels reach a call two ways:
   them. A call whose arguments hold 8 or more characters in a row of a labelled text carries its
   labels. Text that was paraphrased, re-encoded or split into shorter pieces escapes this.
 
-The `flow` rule (`FlowRules`) then says which labels may reach which tools. The context variables
-at the end carry a running step's labels from the plan runner to the policy hook without either
-knowing the other.
+The `flow` rule (`FlowRules`) then says which labels may reach which tools. A running step's
+labels (`StepTaint`) and a `delegate` task's reading (`Seen`) travel in the call's scope
+(`CallScope.taint`, `CallScope.seen`) from the plan runner and the loop to the policy hook.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
@@ -33,8 +32,6 @@ from toolscore.plan.nodes import Block, CheckedBlock, CheckedCall, CheckedPlan
 
 __all__ = [
     "MIN_QUOTE",
-    "SEEN",
-    "STEP",
     "UNTRUSTED",
     "FlowRules",
     "Seen",
@@ -225,6 +222,3 @@ class StepTaint:
 
 Seen = Callable[[], Iterable[tuple[str, str]]]
 """The untrusted results the model of a `delegate` task has seen so far, as (text, origin) pairs."""
-
-STEP: ContextVar[StepTaint | None] = ContextVar("toolscore_flow_step", default=None)
-SEEN: ContextVar[Seen | None] = ContextVar("toolscore_flow_seen", default=None)
