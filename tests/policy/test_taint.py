@@ -129,6 +129,25 @@ async def test_a_confirm_rule_refuses_a_plan_step_which_cannot_ask(tmp_path: Pat
     assert list(tmp_path.glob("deleted-*")) == []
 
 
+@pytest.mark.parametrize(("answer", "runs"), [(True, True), (False, False)])
+async def test_a_confirm_rule_in_a_plan_is_one_question_with_the_plan(tmp_path: Path, answer: bool, runs: bool) -> None:
+    asked: list[str] = []
+
+    async def elicit(context: Any, params: mcp_types.ElicitRequestParams) -> mcp_types.ElicitResult:
+        asked.append(params.message)
+        return mcp_types.ElicitResult(action="accept", content={"confirm": answer})
+
+    plan = PAGE + '<fx><delete>{"key": "${page.text}"}</delete></fx>'
+    async with flow_gateway(tmp_path, elicitation_callback=elicit) as (client, _):
+        result = await client.call_tool("orchestrate", {"plan": plan})
+    assert len(asked) == 1, asked  # the plan, once, before anything ran
+    assert "fx__delete" in asked[0] and "from step 1" in asked[0], asked[0]
+    assert result.is_error is not runs, text(result)
+    assert any(tmp_path.glob("deleted-*")) is runs
+    if not runs:
+        assert "declined" in text(result)
+
+
 # -- delegate: quotation of what the model read ---------------------------------------------------
 
 

@@ -3,8 +3,9 @@
 A plan step (and so a `delegate` call) brings the labels its scope carries (`CallScope.taint`,
 which the plan runner makes per step: what its references read) and, in a `delegate` task, those
 of the results the model saw that its arguments quote (`CallScope.seen`); `deny` and `confirm`
-refuse it (a step cannot ask the user). The hook completes the step's labels with its server's,
-for the steps that reference it.
+refuse it; a `confirm` step runs when the user approved it with its plan (`CallScope.approval`,
+its arguments as shown). The hook completes the step's labels with its server's, for the steps
+that reference it.
 
 A client's own call (no plan) carries the labels of the client's recent untrusted results that its
 arguments quote, kept per caller by the post hook. `flow_passthrough` says what follows: `warn`
@@ -90,11 +91,17 @@ class FlowHooks:
                 own = self.trust.labels(route.server, route.remote_name, f"step {step.step} ({route.public_name})")
                 step.result = join(step.result or {}, taint, own)
             verdict = self.rules.verdict(names, taint)
-            if verdict is not None:
-                raise Rejected(
-                    refusal(step.step if step else 0, route.public_name, verdict, taint, plan=True), hook="flow"
-                )
-            return None
+            if verdict is None:
+                return None
+            approval = ctx.scope.approval
+            if (
+                verdict[0] == "confirm"
+                and approval is not None
+                and approval.plan_id == ctx.plan_id
+                and approval.allows(route.public_name, ctx.arguments)
+            ):
+                return None  # the user approved this step with its plan, its arguments as shown
+            raise Rejected(refusal(step.step if step else 0, route.public_name, verdict, taint, plan=True), hook="flow")
         if self._passthrough == "off" or ctx.scope.caller is None:
             return None
         recent = self._callers.get(ctx.scope.caller)

@@ -28,6 +28,7 @@ from toolscore._glob import matches
 from toolscore._json import iter_strings
 from toolscore.config import Config, FlowRule
 from toolscore.errors import PlanProblem
+from toolscore.plan.approval import NEEDS_APPROVAL
 from toolscore.plan.nodes import Block, CheckedBlock, CheckedCall, CheckedPlan
 
 __all__ = [
@@ -177,13 +178,17 @@ def refusal(step: int, tool: str, verdict: tuple[Outcome, str, str], taint: Tain
     rule = f"the flow rule {verb} {label} data in '{glob}'"
     text = f"{where} may not receive {label} data: its arguments carry the result of {taint[label]}; {rule}"
     if outcome == "confirm" and plan:
-        text += " (a plan step cannot ask: call it directly)"
+        text += (
+            " (a plan with such a step is shown to the user once, before it runs, which needs a client that can"
+            " ask (elicitation); a step the user was not shown cannot ask: call it directly)"
+        )
     return text
 
 
 def plan_problems(plan: CheckedPlan, trust: Trust, rules: FlowRules) -> list[PlanProblem]:
     """Every step of a plan whose references bring it labels the flow rule refuses, before any step
-    runs. References to earlier turns are checked when the step runs (`STEP`)."""
+    runs; a `confirm` is a step the user must approve with the plan (`NEEDS_APPROVAL`: lifted when
+    the client can be asked). References to earlier turns are checked when the step runs."""
     blocks = block_steps(plan)
     results: dict[int, dict[str, str]] = {}
     problems: list[PlanProblem] = []
@@ -204,7 +209,8 @@ def plan_problems(plan: CheckedPlan, trust: Trust, rules: FlowRules) -> list[Pla
         if verdict is not None:
             node = call.node
             message = refusal(call.step, call.route.public_name, verdict, taint, plan=True)
-            problems.append(PlanProblem("flow", message, step=node.step, tag=node.tag, id=node.id))
+            code = NEEDS_APPROVAL if verdict[0] == "confirm" else "flow"
+            problems.append(PlanProblem(code, message, step=node.step, tag=node.tag, id=node.id))
         results[call.step] = join(taint, trust.labels(call.route.server, call.route.remote_name, _phrase(call)))
     return problems
 
