@@ -344,3 +344,22 @@ async def test_a_capability_steps_result_carries_the_labels_of_the_tool_that_ans
     # Which tool answers is known only when the step runs: the reference is judged then.
     assert refused["status"] == "error" and "step 1 (web__echo)" in refused["error"]
     assert list(tmp_path.glob("count-*")) == []
+
+
+async def test_the_passthrough_history_is_bounded_over_all_callers() -> None:
+    from tests.policy import config, context, route
+    from toolscore.policy import taint as module
+
+    cfg = config({"flow": RULE}, web={"trust": "untrusted"}, fx={})
+    found = module.flow_hooks(cfg)
+    assert found is not None
+    hooks = found[0]
+    page = mcp_types.CallToolResult(content=[mcp_types.TextContent(text="x" * module._RECENT_BYTES)])
+    echo = route(cfg, "web__echo")
+    callers = module._KEPT_CHARS // module._RECENT_BYTES // 4  # each caller keeps 4 pages: 4 x too many
+    for n in range(callers * 4):
+        for _ in range(4):
+            await hooks.keep(context(echo, {"text": "x"}, session=f"c{n}"), page)
+    assert hooks._kept <= module._KEPT_CHARS
+    assert hooks._kept == sum(r.chars for r in hooks._callers.values())
+    assert len(hooks._callers) <= callers and "c0" not in hooks._callers  # the least recent went first

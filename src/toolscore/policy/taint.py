@@ -45,6 +45,9 @@ _RECENT_BYTES = 64 * 1024
 """Of each, the characters kept (a quotation from past this is not seen)."""
 _CALLERS = 1024
 """Callers whose results are kept; the least recently seen goes first."""
+_KEPT_CHARS = 32 * 1024 * 1024
+"""All callers' kept text together: past it the least recently seen callers go first (many
+sessions each reading large untrusted pages must not hold the gateway's memory)."""
 
 
 @dataclass
@@ -52,6 +55,10 @@ class _Recent:
     """One caller's recent untrusted results: (text, origin), newest last."""
 
     results: deque[tuple[str, str]] = field(default_factory=lambda: deque(maxlen=_RECENT_RESULTS))
+
+    @property
+    def chars(self) -> int:
+        return sum(len(text) for text, _ in self.results)
 
 
 def _text(result: mcp_types.CallToolResult) -> str:
@@ -72,6 +79,8 @@ class FlowHooks:
         self.rules = rules
         self._passthrough = passthrough
         self._callers: OrderedDict[str, _Recent] = OrderedDict()
+        self._kept = 0
+        """Characters kept over all callers (`_KEPT_CHARS` at most)."""
 
     def plan_problems(self, plan: CheckedPlan) -> list[PlanProblem]:
         """The steps of a plan that references bring refused labels, before any step runs."""
@@ -138,9 +147,13 @@ class FlowHooks:
         text = _text(ctx.raw.model() if ctx.raw is not None else result)[:_RECENT_BYTES]
         recent = self._callers.pop(caller, None) or _Recent()
         self._callers[caller] = recent
-        if len(self._callers) > _CALLERS:
-            self._callers.popitem(last=False)
+        if len(recent.results) == _RECENT_RESULTS:  # the oldest is pushed out
+            self._kept -= len(recent.results[0][0])
         recent.results.append((text, f"an earlier result of {route.public_name}"))
+        self._kept += len(text)
+        while len(self._callers) > _CALLERS or (self._kept > _KEPT_CHARS and len(self._callers) > 1):
+            _, gone = self._callers.popitem(last=False)
+            self._kept -= gone.chars
         return result
 
 
