@@ -11,9 +11,24 @@ cannot outweigh it in the name. The per-(term, tool) contribution does not depen
 so it is computed once when the index is built; a search only adds up the postings of its own
 terms, a few thousand additions at 2,000 tools.
 
-A query word also looks for its synonyms (`synonyms.py`) at a discount, and each query word counts
-once per tool, by its best match (the word itself or one synonym), so a tool does not win by
-matching many synonyms of one word. Ranking is deterministic: equal scores go by tool name.
+A query word also looks for its synonyms (`synonyms.py`) and its agent noun or verb (`indexer`
+for `index`, `index` for `indexer`) at a discount, and each query word counts once per tool, by its
+best match, so a tool does not win by matching many synonyms of one word. A question word adds a
+small, fixed intent (`who` asks for people, `when` for a time, `which branches` for a list), worth
+less than any word of the query.
+
+The best fifty by that sum are then re-scored by two factors (tools past them come after them,
+so any k gets a prefix of one order): coverage, the share of the query's words a tool matched (a
+synonym's match counting half), so a tool that answers every word of the query beats one that
+repeats one word in every field; and a prior for a tool whose own name the query covers, verb and
+object (`delete_file` for "remove a file"), so the tool named for the task comes before the tools
+that mention it. Both need only membership tests in the postings already fetched: fifty tools
+times the query's words. Ranking is deterministic: equal scores go by tool name.
+
+Where the constants come from: the field weights, k1 and b were set by hand before the golden set
+existed; the discounts, the coverage power and the prior were tried on the golden set's tuning half
+only (benchmarks/retrieval.py), where the results barely moved around these values, so round
+values were kept rather than the best of each grid.
 """
 
 from __future__ import annotations
@@ -27,8 +42,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from toolscore.toolhub.capabilities import Tagged
-from toolscore.toolhub.synonyms import related, stems
-from toolscore.toolhub.text import MAX_TEXT_CHARS, STOPWORDS, stem, terms
+from toolscore.toolhub.synonyms import INTENTS, related, stems
+from toolscore.toolhub.text import MAX_TEXT_CHARS, STOPWORDS, compounds, stem, terms
 
 __all__ = ["FIELD_WEIGHTS", "MAX_QUERY_WORDS", "Hit", "SearchIndex"]
 
@@ -53,12 +68,37 @@ _B: Mapping[str, float] = {"name": 0.5, "exact": 0.5, "title": 0.5, "tags": 0.3,
 _K1 = 1.2
 _SYNONYM = 0.5
 """What a synonym's match is worth against the query word's own."""
+_RELATIVE = 0.5
+"""What a match of the word's agent noun or verb (`indexer`/`index`) is worth against its own."""
+_INTENT = 0.3
+"""What an intent's match (`who` -> people) is worth against a word of the query."""
+_COVER_SYNONYM = 0.5
+"""How much of a query word a match by synonym or relative covers (a match of the word itself: 1)."""
+_COVERAGE = 1.0
+"""The power of the coverage factor: 0 leaves the sum alone, 1 scales it by the share covered."""
+_NAME_PRIOR = 0.3
+"""How much more a tool scores whose own name's words the query covers (all of them: the whole bonus)."""
+_NAME_WORDS = 2
+"""A name is covered by this many of its words at least (a verb and an object): `git_show` by `show`
+alone gets half the prior."""
+_POOL = 50
+"""How many of the best tools by the sum are re-scored by coverage and prior (ties at the cut too)."""
 _MAX_PARAMS = 64
 _MAX_DEPTH = 3
 _SENTENCE_END = re.compile(r"[.!?](\s|$)|\n")
 _WORD = re.compile(r"[A-Za-z][a-z]+|[A-Z]+(?![a-z])|[a-z]+|[0-9]+")
 _URL = re.compile(r"(?:[a-z][a-z0-9+.-]{0,15}://|www\.)\S|[\w-]{1,63}\.(?:com|org|net|io|dev)(?:/|$)", re.I)
 _FILE = re.compile(r"[\w*?./~-]{0,200}\w\.[A-Za-z][A-Za-z0-9]{0,3}$")
+_EMAIL = re.compile(r"[\w.+-]{1,64}@[\w-]{1,63}\.[\w.-]{2,}$")
+_DOTFILE = re.compile(r"\.[a-z][\w.-]{1,30}$")
+_FILE_NAMES = frozenset(
+    ("readme", "license", "licence", "makefile", "dockerfile", "changelog", "gemfile", "procfile", "jenkinsfile")
+)
+"""File names without an extension that name a file all the same."""
+_MIXED = re.compile(r"[A-Za-z]*[a-z][A-Z][A-Za-z]*")
+_PUNCTUATION = ".,;:!?()[]{}\"'`"
+"""Stripped off a query's words (the first, `.`, not off a dotfile's name: `.gitignore`)."""
+_POSSESSIVE = re.compile(r"['\u2019]s$", re.I)
 _PREFIX_MIN_TOOLS = 3
 _PREFIX_SHARE = 0.8
 """A word in at least this share of a server's tool names (of three or more) is the server's prefix."""
@@ -137,12 +177,15 @@ def _fields(tagged: Tagged, server_words: frozenset[str]) -> dict[str, list[str]
         # The server's own words say which server, never which of its tools: they count once, as `server`.
         return [w for w in words if w not in server_words]
 
+    def text(value: str) -> list[str]:
+        return own(terms(value) + compounds(value))
+
     return {
         "name": own(terms(route.local_name or route.remote_name)),
         "exact": [f"={w}" for w in _exact(route.local_name or route.remote_name) if stem(w) not in server_words],
-        "title": own(terms(title)),
-        "summary": own(terms(_summary(description))),
-        "description": own(terms(description)),
+        "title": text(title),
+        "summary": text(_summary(description)),
+        "description": text(description),
         "params": [t for name, _ in params for t in terms(name)],
         "param_text": own([t for _, text in params for t in terms(text)][:512]),
         "annotations": hints,
@@ -151,35 +194,141 @@ def _fields(tagged: Tagged, server_words: frozenset[str]) -> dict[str, list[str]
     }
 
 
-def _query(query: str, known: Callable[[str], bool]) -> list[tuple[str, str]]:
-    """(term, the query's own word) per word that can tell tools apart, in order, first occurrence only.
+def _relatives(term: str) -> tuple[str, ...]:
+    """The agent noun of a verb's stem and the other way round, which the stemmer keeps apart
+    (`customer` is not `custom`, so `-er` is not a suffix it strips): `index` <-> `indexer`,
+    `watch` <-> `watcher`, `log` <-> `logger`, `edit` <-> `editor`; and a `sub`-word's word
+    (`subfolder` -> `folder`, `subtask` -> `task`)."""
+    if term.startswith("sub") and len(term) >= 6 and term.isalpha():
+        return (term[3:],)
+    if term.endswith(("er", "or")) and len(term) >= 5:
+        base = term[:-2]
+        out = [base, stem(base + "e")]
+        if len(base) > 3 and base[-1] == base[-2]:
+            out.append(base[:-1])
+        return tuple(dict.fromkeys(o for o in out if o != term))
+    if len(term) >= 3 and term.isalpha():
+        doubled = term + term[-1] if len(term) <= 4 and term[-1] not in "aeiouywx" and term[-2] in "aeiou" else None
+        return tuple(dict.fromkeys(t for t in (f"{term}er", f"{term}or", f"{doubled}er" if doubled else "") if t))
+    return ()
+
+
+@dataclass(frozen=True, slots=True)
+class _Word:
+    """One word of a query: its stem, its form as written (against names' exact forms), what it is
+    worth against a word of the query (intents less), and whether it counts towards coverage."""
+
+    text: str
+    term: str
+    exact: str | None
+    weight: float = 1.0
+    counts: bool = True
+
+
+def _hexish(token: str) -> bool:
+    """A commit hash or an id (`abc123`, `4f2a`): hex digits and letters both, four or more."""
+    return (
+        len(token) >= 4
+        and any(c.isdigit() for c in token)
+        and any(c.isalpha() for c in token)
+        and all(c in "0123456789abcdef" for c in token)
+    )
+
+
+def _query(query: str, known: Callable[[str], bool]) -> list[_Word]:
+    """The words of a query that can tell tools apart, in order, first occurrence only.
 
     Each word counts stemmed, and as written against the names' exact forms (`=notifications`), so
     a plural asks more for `list_notifications` than for `get_notification_details`. Values in a
-    query name a kind of thing, not a tool: a URL counts as `url`, a file name with an extension as
-    `file`, and a bare number not at all. Two adjacent words the index knows as one count as one
-    (`local storage` finds `localstorage`, `look up` is `lookup`), the second then not on its own.
+    query name a kind of thing, not a tool: a URL counts as `url`, a file name with an extension
+    (or a well-known one, `README`) as `file`, an e-mail address as `email`, and a bare number or a
+    hash (`abc123`) not at all. A camelCase word the index knows whole counts whole (`GitHub`,
+    `localStorage`), else by its parts. Two adjacent words the index knows as one count as one
+    (`local storage` finds `localstorage`, `look up` is `lookup`), neither then on its own.
+    A question word that opens the query or a clause adds its intent (`INTENTS`), worth less than a
+    word of the query.
     """
-    out: dict[str, str] = {}
-    previous: str | None = None
-    for token in query[:MAX_TEXT_CHARS].split():
-        kind = "url" if _URL.match(token) else "file" if _FILE.match(token) else None
+    out: dict[str, _Word] = {}
+    previous: str | None = None  # the word before, as written, while it may join the next
+    added: str | None = None  # the term the word before added, while it may join the next
+    head = query[:MAX_TEXT_CHARS]
+    lowered = head.lower().split()
+    for token in head.split():
+        bare = _POSSESSIVE.sub("", token.strip(_PUNCTUATION))  # the page's storage: the page, storage
+        kind = (
+            "url"
+            if _URL.match(bare)
+            else "email"
+            if _EMAIL.match(bare)
+            else "file"
+            if _FILE.match(bare) or bare.lower() in _FILE_NAMES or _DOTFILE.match(token.strip(_PUNCTUATION[1:]))
+            else None
+        )
         if kind is not None:
-            out.setdefault(kind, token)
-            previous = None
+            term = stem(kind)
+            if term not in out:
+                out[term] = _Word(bare, term, f"={kind}")
+            previous = added = None
             continue
-        for raw in _WORD.findall(token):
+        if _hexish(bare.lower()):
+            previous = added = None
+            continue
+        parts = _WORD.findall(bare)
+        whole = bare.lower()
+        if len(parts) > 1 and _MIXED.fullmatch(bare) and known(stem(whole)):
+            parts = [whole]
+        for raw in parts:
             lower = raw.lower()
-            joined = stem(previous + lower) if previous is not None and lower.isalpha() else None
-            previous = lower if lower.isalpha() else None
+            joined = stem(previous + lower) if previous is not None and lower.isalpha() and len(lower) > 1 else None
             if joined is not None and known(joined):
-                out.setdefault(joined, f"{previous} {lower}")
+                if added is not None:  # the first word was on its own only for want of the second
+                    del out[added]
+                if joined not in out:
+                    out[joined] = _Word(f"{previous} {lower}", joined, None)
+                previous = added = None
                 continue
+            previous = lower if lower.isalpha() else None
+            added = None
             if lower.isdigit() or lower in STOPWORDS or len(lower) == 1:
                 continue
-            out.setdefault(stem(lower), lower)
-            out.setdefault(f"={lower}", lower)
-    return list(out.items())
+            term = stem(lower)
+            if term not in out:
+                out[term] = _Word(lower, term, f"={lower}")
+                added = term
+    for asked, intent in _intents(lowered, out):
+        if intent not in out:
+            out[intent] = _Word(asked, intent, None, _INTENT, counts=False)
+    return list(out.values())
+
+
+def _plural(word: str) -> bool:
+    """`branches`, `files`, `cookies`: a word the stemmer takes an `s` off (not `status`, `access`)."""
+    return word.endswith("s") and not word.endswith(("ss", "us", "is")) and stem(word) != word
+
+
+def _intents(lowered: list[str], words: Mapping[str, _Word]) -> Iterator[tuple[str, str]]:
+    """The intents of a query's question words (`INTENTS`): (the question word, an intent's stem)."""
+    bare = [token.strip(_PUNCTUATION) for token in lowered[:MAX_QUERY_WORDS]]
+    for i, word in enumerate(bare):
+        if i > 0 and not lowered[i - 1].endswith((",", ";", ":", "?", ".")):
+            continue  # "turn it off when files change" asks for no time: a question word opens a question
+        pair = f"{word} {bare[i + 1]}" if i + 1 < len(bare) else ""
+        for key in (pair, word):
+            if key in INTENTS:
+                for intent in INTENTS[key]:
+                    yield key, stem(intent)
+                break
+    # "which branches", "what files are there", "all the cookies": a plural thing asked for in a
+    # question, or with `all`/`every`, asks for a list of them
+    if (bare[:1] in (["which"], ["what"]) or "all" in bare or "every" in bare) and any(
+        w.exact is not None and _plural(w.exact[1:]) for w in words.values()
+    ):
+        yield "which", stem("list")
+
+
+_Match = tuple[str, Mapping[int, float], Mapping[int, float], Mapping[int, float], frozenset[int]]
+"""A query word that matched: as written, its best matches, its own postings, its exact form's, and
+the tools whose name holds it (or a synonym or relative)."""
 
 
 class SearchIndex:
@@ -199,6 +348,8 @@ class SearchIndex:
         count = len(docs)
         average = {f: (sum(len(d[f]) for d in docs) / count if count else 0.0) or 1.0 for f in FIELD_WEIGHTS}
         weighted: dict[str, dict[int, float]] = defaultdict(lambda: defaultdict(float))
+        named: dict[str, set[int]] = defaultdict(set)
+        self._name_sizes: list[int] = []
         for doc, fields in enumerate(docs):
             for field, words in fields.items():
                 if not words:
@@ -207,22 +358,33 @@ class SearchIndex:
                 norm = FIELD_WEIGHTS[field] / (1 - b + b * len(words) / average[field])
                 for word in words:
                     weighted[word][doc] += norm
+            for word in fields["name"]:
+                named[word].add(doc)
+            self._name_sizes.append(len(set(fields["name"])))
         # Per (term, tool): idf times the saturated weighted frequency; a search only adds these.
         self._postings: dict[str, dict[int, float]] = {}
         for term, per_doc in weighted.items():
             idf = math.log(1 + (count - len(per_doc) + 0.5) / (len(per_doc) + 0.5))
             self._postings[term] = {doc: idf * tf / (_K1 + tf) for doc, tf in per_doc.items()}
-        # A synonym-table term's postings merged with its synonyms' (each tool's best match, a synonym at
-        # a discount), once here: a few milliseconds at 2,000 tools, and no search pays for it.
+        # A term's postings merged with its synonyms' and relatives' (each tool's best match, those at
+        # a discount), and the tools whose name holds any of them, once here: a few milliseconds at
+        # 2,000 tools, and no search pays for it.
         self._expanded: dict[str, dict[int, float]] = {}
-        for term in sorted(stems()):
+        self._named: dict[str, frozenset[int]] = {}
+        for term in sorted(stems() | {t for t in self._postings if not t.startswith("=")}):
+            kin = sorted(r for r in _relatives(term) if r in self._postings)
+            others = [(o, _SYNONYM) for o in sorted(related(term))] + [(r, _RELATIVE) for r in kin]
             best = dict(self._postings.get(term, {}))
-            for other in sorted(related(term)):
+            in_name = set(named.get(term, ()))
+            for other, discount in others:
                 for doc, value in self._postings.get(other, {}).items():
-                    if value * _SYNONYM > best.get(doc, 0.0):
-                        best[doc] = value * _SYNONYM
-            if best:
+                    if value * discount > best.get(doc, 0.0):
+                        best[doc] = value * discount
+                in_name |= named.get(other, set())
+            if best and len(best) > len(self._postings.get(term, ())):
                 self._expanded[term] = best
+            if in_name:
+                self._named[term] = frozenset(in_name)
 
     def __len__(self) -> int:
         return len(self._names)
@@ -230,21 +392,44 @@ class SearchIndex:
     def _knows(self, term: str) -> bool:
         return term in self._postings or term in self._expanded
 
-    def _matches(self, term: str) -> Mapping[int, float]:
-        """Each tool's best match for `term`: the term itself, or one of its synonyms at a discount."""
-        expanded = self._expanded.get(term)
-        return expanded if expanded is not None else self._postings.get(term, {})
+    def _matches(self, term: str) -> tuple[Mapping[int, float], Mapping[int, float], frozenset[int]]:
+        """For `term`: each tool's best match (the term itself, or one of its synonyms or relatives at
+        a discount), the tools that have the term itself, and the tools whose name holds it or a
+        synonym or relative of it."""
+        own = self._postings.get(term, {})
+        best = self._expanded.get(term)
+        if best is not None or term in self._postings:
+            return (best if best is not None else own), own, self._named.get(term, frozenset())
+        kin = [r for r in _relatives(term) if r in self._postings]  # a word no tool has: its relatives only
+        merged: dict[int, float] = {}
+        in_name: frozenset[int] = frozenset()
+        for r in kin:
+            for doc, value in self._postings[r].items():
+                merged[doc] = max(merged.get(doc, 0.0), value * _RELATIVE)
+            in_name |= self._named.get(r, frozenset())
+        return merged, own, in_name
 
     def search(self, query: str, k: int, *, server: str | None = None, capability: str | None = None) -> list[Hit]:
         """The `k` best tools for `query`, best first (no match: empty); `server`/`capability` narrow them."""
         scores: dict[int, float] = defaultdict(float)
-        matched: list[tuple[str, Mapping[int, float]]] = []
-        for term, word in _query(query, self._knows)[: 2 * MAX_QUERY_WORDS]:  # each word: its stem and its form
-            matches = self._matches(term)
-            if matches:
-                matched.append((word, matches))
+        matched: list[_Match] = []
+        words = _query(query, self._knows)
+        for word in words[:MAX_QUERY_WORDS]:
+            matches, own, in_name = self._matches(word.term)
+            exact = self._postings.get(word.exact, {}) if word.exact is not None else {}
+            if not matches and not exact:
+                continue
+            if word.counts:
+                matched.append((word.text, matches, own, exact, in_name))
+            weight = word.weight
+            if weight == 1.0:
                 for doc, value in matches.items():
                     scores[doc] += value
+                for doc, value in exact.items():
+                    scores[doc] += value
+            else:
+                for doc, value in matches.items():
+                    scores[doc] += value * weight
         if server is not None or capability is not None:
             scores = defaultdict(
                 float,
@@ -257,13 +442,52 @@ class SearchIndex:
             )
         if not scores or k < 1:
             return []
-        # Every tool's terms are added in the query's order, so equal tools get bit-equal sums: the
-        # k-th best score is a sharp cut, and the tools at or above it are ordered by score, then name.
-        cut = heapq.nlargest(k, scores.values())[-1]
+        # The best by the sum are re-scored by coverage and the name's prior, the rest come after
+        # them, so any k gets a prefix of one order. Every tool's terms are added in the query's order,
+        # so equal tools get bit-equal scores: each cut is sharp, and ties go by name.
+        if len(scores) > _POOL:
+            cut = sorted(scores.values(), reverse=True)[_POOL - 1]
+            candidates = [doc for doc, score in scores.items() if score >= cut]
+        else:
+            candidates = list(scores)
+        final = self._shaped(candidates, scores, matched)
+        best = heapq.nlargest(k, final.values())[-1]
         ranked = sorted(
-            (doc for doc, score in scores.items() if score >= cut), key=lambda d: (-scores[d], self._names[d])
+            (doc for doc, score in final.items() if score >= best), key=lambda d: (-final[d], self._names[d])
         )
+        if len(ranked) < k and len(scores) > len(final):
+            # past the pool (k over fifty, or few candidates left by a filter): re-scored the same
+            # way, ordered after it, and never shown above its last score
+            floor = final[ranked[-1]]
+            rest = self._shaped([doc for doc in scores if doc not in final], scores, matched)
+            after = sorted(rest, key=lambda d: (-rest[d], self._names[d]))[: k - len(ranked)]
+            final.update((doc, min(rest[doc], floor)) for doc in after)
+            ranked += after
         return [
-            Hit(self._names[doc], round(scores[doc], 4), tuple(dict.fromkeys(w for w, m in matched if doc in m)))
+            Hit(self._names[doc], round(final[doc], 4), tuple(w for w, m, _, e, _ in matched if doc in m or doc in e))
             for doc in ranked[:k]
         ]
+
+    def _shaped(self, candidates: list[int], scores: Mapping[int, float], matched: list[_Match]) -> dict[int, float]:
+        """Each candidate's score times the share of the query's words it covers (to a power) and its
+        name's prior."""
+        if not matched:
+            return {doc: scores[doc] for doc in candidates}
+        covered = dict.fromkeys(candidates, 0.0)
+        in_name = dict.fromkeys(candidates, 0)
+        for _, matches, own, exact, named in matched:
+            for doc in candidates:
+                if doc in own or doc in exact:
+                    covered[doc] += 1.0
+                elif doc in matches:
+                    covered[doc] += _COVER_SYNONYM
+                if doc in named:
+                    in_name[doc] += 1
+        asked = len(matched)
+        sizes = self._name_sizes
+        return {
+            doc: scores[doc]
+            * (covered[doc] / asked) ** _COVERAGE
+            * (1.0 + _NAME_PRIOR * min(1.0, in_name[doc] / max(sizes[doc], _NAME_WORDS)) if sizes[doc] else 1.0)
+            for doc in candidates
+        }

@@ -14,11 +14,11 @@ from collections.abc import Mapping
 
 from toolscore.toolhub.text import stem
 
-__all__ = ["GROUPS", "related", "stems"]
+__all__ = ["GROUPS", "INTENTS", "related", "stems"]
 
 GROUPS: tuple[tuple[str, ...], ...] = (
     # verbs
-    ("read", "open", "show", "view", "display", "retrieve", "load", "cat", "inspect", "get"),
+    ("read", "open", "show", "view", "display", "retrieve", "load", "cat", "inspect", "get", "print"),
     ("write", "save", "store", "persist", "put"),
     ("create", "new", "make", "add", "generate", "init", "initialize", "register"),
     ("update", "edit", "modify", "change", "set", "patch", "alter", "rename"),
@@ -67,7 +67,7 @@ GROUPS: tuple[tuple[str, ...], ...] = (
     ("calendar", "event", "meeting", "appointment"),
     ("note", "memo", "memory", "observation", "remember", "recall"),
     ("weather", "forecast", "temperature"),
-    ("time", "date", "clock", "timezone", "now"),
+    ("time", "date", "clock", "timezone", "now", "hour", "today"),
     ("place", "location", "address", "geocode", "map", "coordinate"),
     ("direction", "route", "distance", "travel"),
     ("package", "library", "dependency", "module"),
@@ -88,8 +88,36 @@ GROUPS: tuple[tuple[str, ...], ...] = (
     ("environment", "env"),
     ("echo", "repeat", "reflect"),
     ("random", "sample"),
+    ("current", "now", "present"),
+    ("latest", "newest", "recent", "last"),
+    ("config", "configuration", "configure", "setting", "option", "preference"),
+    ("error", "failure", "fail", "exception", "crash"),
+    ("status", "state", "health"),
+    ("permission", "access", "role", "privilege"),
+    ("login", "signin", "logon", "auth", "authenticate", "authentication"),
+    ("shell", "terminal", "command", "bash", "cli", "cmd"),
+    ("archive", "zip", "compress", "gzip", "tar"),
+    ("count", "number", "total", "tally"),
+    ("toggle", "enable", "disable", "activate", "deactivate"),
+    ("undo", "revert", "rollback", "reset", "restore"),
 )
 """Each group: words that name the same thing in a tool catalog. Stemmed on import."""
+
+
+INTENTS: Mapping[str, tuple[str, ...]] = {
+    "who": ("user",),
+    "whom": ("user",),
+    "whose": ("user",),
+    "when": ("time", "date"),
+    "where": ("location", "path"),
+    "how many": ("count",),
+    "how much": ("count",),
+    "how big": ("size",),
+    "how large": ("size",),
+}
+"""Question words and what they ask for, whatever the catalog: `who` asks for people (the user
+group), `when` for a time, `where` for a place or a path, `how many` for a count, `how big` for a
+size. They count at a discount (see `search.py`); `which`/`what` with a plural asks for a list."""
 
 
 def _index(groups: tuple[tuple[str, ...], ...]) -> dict[str, frozenset[str]]:

@@ -1,0 +1,223 @@
+"""The ranking behaviours of `search_tools` beyond plain BM25F: word forms, values, relatives,
+intents, coverage, the name's prior, and that the order is one order, whatever k and input order."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import mcp_types
+import pytest
+
+from tests.toolhub.conftest import routes, tool
+from toolscore.toolhub import search
+from toolscore.toolhub.capabilities import index_capabilities
+from toolscore.toolhub.search import SearchIndex
+from toolscore.toolhub.text import compounds, stem, terms
+
+
+def build(*tools: mcp_types.Tool, server: str = "s0") -> SearchIndex:
+    found, config = routes({server: list(tools)})
+    return SearchIndex(index_capabilities(found, config).tools)
+
+
+def names(idx: SearchIndex, query: str, k: int = 1, **filters: Any) -> list[str]:
+    return [hit.name for hit in idx.search(query, k, **filters)]
+
+
+def score(idx: SearchIndex, query: str, name: str) -> float:
+    return next(hit.score for hit in idx.search(query, 50) if hit.name == f"s0__{name}")
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        ("modified", "modify"),
+        ("copied", "copy"),
+        ("notifications", "notify"),
+        ("verification", "verify"),
+        ("configuration", "configure"),
+        ("installation", "install"),
+        ("conversion", "convert"),
+        ("extension", "extend"),
+        ("permission", "permit"),
+        ("exclusion", "exclude"),
+        ("definition", "define"),
+        ("recursively", "recursive"),
+        ("automatically", "automatic"),
+        ("summarise", "summarize"),
+        ("revision", "revise"),
+        ("precision", "precise"),
+        ("analysed", "analyzed"),
+        ("colour", "color"),
+        ("cancelled", "canceled"),
+        ("catalogue", "catalog"),
+        ("cookies", "cookie"),
+        ("written", "write"),
+        ("ran", "run"),
+        ("shown", "show"),
+        ("children", "child"),
+        ("thoughts", "think"),
+    ],
+)
+def test_more_word_forms_meet(a: str, b: str) -> None:
+    assert stem(a) == stem(b)
+
+
+def test_the_stemmer_keeps_apart_what_differs() -> None:
+    # `-er` is no suffix it strips (`customer` is not `custom`), and a few `-s` words are no plurals
+    assert stem("customer") != stem("custom") and stem("header") != stem("head")
+    assert stem("news") != stem("new") and stem("version") != stem("vert")
+    assert stem("only") == "only" and stem("family") == "family" and stem("status") == "status"
+
+
+def test_camel_case_is_split_and_also_kept_whole() -> None:
+    assert terms("readFileSync") == ["read", stem("file"), "sync"]
+    assert compounds("Run JavaScript in the page; use localStorage, not snake_case") == [
+        "javascript",
+        stem("localstorage"),
+    ]
+    idx = build(
+        tool("evaluate", "Evaluate JavaScript in the page."),
+        tool("run_java", "Run a Java program."),
+        tool("get_item", "Get one localStorage item.", {"key": {}}),
+    )
+    assert names(idx, "javascript") == ["s0__evaluate"]  # written in one piece, found in two
+    assert names(idx, "JavaScript") == ["s0__evaluate"]  # whole where the index knows it whole
+    assert [w for w in idx.search("JavaScript", 1)[0].matched] == ["javascript"]
+    assert names(idx, "localStorage item") == ["s0__get_item"]
+
+
+def test_values_in_a_query_count_as_their_kind() -> None:
+    idx = build(
+        tool("read_file", "Read a file.", {"path": {}}),
+        tool("send_email", "Send an email.", {"to": {}}),
+        tool("git_show", "Shows the contents of a commit.", {"revision": {}}),
+        tool("abc_tool", "The abc of things."),
+    )
+    assert names(idx, "open the README") == ["s0__read_file"]  # a well-known file name is a file
+    assert names(idx, "open .gitignore") == ["s0__read_file"]  # a dotfile too
+    assert names(idx, "write to bob@example.com") == ["s0__send_email"]  # an address is an email
+    assert names(idx, "abc123") == []  # a hash says nothing of a tool: not `abc`
+    assert idx.search("bob@example.com", 1)[0].matched == ("bob@example.com",)
+
+
+def test_contractions_and_possessives_leave_nothing_behind() -> None:
+    idx = build(
+        tool("list_pages", "List the pages."),
+        tool("restart_service", "Restart a service: re-run it.", {"ve": {}, "ll": {}}),
+    )
+    assert [hit.matched for hit in idx.search("the page's title", 1)] == [("page",)]
+    assert idx.search("I've we'll", 3) == []  # `ve`, `ll`: what contractions leave is no word
+
+
+def test_two_words_the_index_knows_as_one_replace_both() -> None:
+    idx = build(
+        tool("lookup_user", "Find a user.", {}),
+        tool("look_at_page", "Look at the page.", {}),
+        tool("up_arrow", "Press the up arrow.", {}),
+    )
+    hit = idx.search("look up a user", 1)[0]
+    assert hit.name == "s0__lookup_user" and hit.matched == ("look up", "user")
+    # neither `look` nor `up` counts on its own any more: `look` only as a synonym of `lookup`
+    assert names(idx, "look up a user", 3) == ["s0__lookup_user", "s0__look_at_page"]
+
+
+def test_a_relative_form_counts_at_a_discount_below_the_word_itself() -> None:
+    idx = build(
+        tool("rebuild_index", "Rebuild the index."),
+        tool("configure_indexer", "Configure the indexer."),
+        tool("file_watcher", "Watch files for changes."),
+        tool("watch_folder", "Follow a folder."),
+    )
+    assert names(idx, "indexer", 2) == ["s0__configure_indexer", "s0__rebuild_index"]
+    assert score(idx, "indexer", "rebuild_index") < score(idx, "indexer", "configure_indexer")
+    assert names(idx, "restart the watcher") == ["s0__file_watcher"]
+    assert "s0__watch_folder" in names(idx, "restart the watcher", 3)  # `watcher` finds `watch` too
+    assert names(idx, "subfolders") == ["s0__watch_folder"]  # a sub-word finds its word
+
+
+def test_a_synonym_counts_below_the_word_itself() -> None:
+    idx = build(
+        tool("delete_file", "Delete a file.", {"path": {}}),
+        tool("remove_file", "Remove a file.", {"path": {}}),
+    )
+    assert names(idx, "delete file", 2) == ["s0__delete_file", "s0__remove_file"]
+    assert names(idx, "remove file", 2) == ["s0__remove_file", "s0__delete_file"]
+    assert score(idx, "delete file", "remove_file") < score(idx, "delete file", "delete_file")
+
+
+def test_a_tool_that_covers_the_whole_query_beats_one_that_repeats_a_word() -> None:
+    idx = build(
+        tool("commit", "Commit the staged changes. A commit records them.", {"commit_message": {}}, title="Commit"),
+        tool("list_history", "Each commit of a branch, newest first.", {"branch": {}}),
+        tool("create_branch", "Create a branch.", {"branch": {}}),
+        tool("delete_branch", "Delete a branch.", {"branch": {}}),
+        tool("rename_branch", "Rename a branch.", {"branch": {}}),
+        *(tool(f"other_{i}", f"Something else entirely, number {i}.", {}) for i in range(6)),
+    )
+    # `commit` alone sums more in `commit` (name, title, description, parameter) than `commit` and
+    # `branch` in list_history, but list_history answers the whole query
+    assert names(idx, "commit on a branch", 2) == ["s0__list_history", "s0__commit"]
+    # half the query covered: half the sum
+    assert score(idx, "commit on a branch", "commit") == pytest.approx(score(idx, "commit", "commit") / 2, rel=1e-3)
+
+
+def test_a_tool_named_for_the_task_gets_the_names_prior(monkeypatch: pytest.MonkeyPatch) -> None:
+    tools = (
+        tool("delete_file", "Delete a file.", {}),
+        tool("write_file", "Write a file.", {}),
+        tool("git_show", "Show a file.", {}),
+    )
+    assert names(build(*tools), "remove a file") == ["s0__delete_file"]
+    prior = {hit.name: hit.score for hit in build(*tools).search("remove a file", 3)}
+    monkeypatch.setattr(search, "_NAME_PRIOR", 0.0)
+    plain = {hit.name: hit.score for hit in build(*tools).search("remove a file", 3)}
+    # verb (by synonym) and object: the whole prior; one of two name words: half of it; a name of
+    # one word covered counts as half a name (a verb alone is no verb and object)
+    assert prior["s0__delete_file"] == pytest.approx(plain["s0__delete_file"] * 1.3, rel=1e-3)
+    assert prior["s0__write_file"] == pytest.approx(plain["s0__write_file"] * 1.15, rel=1e-3)
+    assert build(*tools).search("display", 1)[0].name == "s0__git_show"
+    assert {h.name: h.score for h in build(*tools).search("display", 3)}["s0__git_show"] > 0
+
+
+def test_question_words_ask_for_their_intent_below_any_query_word() -> None:
+    idx = build(
+        tool("get_me", "Get my user profile.", {}),
+        tool("get_repo", "Get a repository's details.", {}),
+        tool("list_branches", "Branches of a repository.", {}),
+        tool("get_branch", "Get one branch by name.", {}),
+        tool("current_time", "The current time in a timezone.", {}),
+        tool("set_alarm", "Set an alarm for a time of day.", {}),
+    )
+    assert names(idx, "who am I signed in as") == ["s0__get_me"]  # who: people
+    who = idx.search("who am I signed in as", 1)[0]
+    assert 0 < who.score < score(idx, "user", "get_me") and who.matched == ()  # below the word itself
+    assert names(idx, "which branches exist") == ["s0__list_branches"]  # which + plural: a list
+    assert score(idx, "which branches exist", "list_branches") > score(idx, "branches exist", "list_branches")
+    hit = idx.search("who owns the repository", 1)[0]
+    assert hit.name == "s0__get_repo" and hit.matched == ("repository",)  # the intent is not a matched word
+    # only a question word that opens the query (or a clause) asks: "when" here is a condition
+    assert "s0__current_time" not in names(idx, "set an alarm when the build ends", 2)
+    assert "s0__current_time" in names(idx, "the build, when does it end", 2)
+
+
+def test_the_order_is_one_order_whatever_k_and_input_order() -> None:
+    defs = [
+        tool(f"{verb}_{noun}", f"{verb.title()} the {noun} of a project.", {noun: {}})
+        for verb in ("get", "list", "create", "delete", "update", "search")
+        for noun in ("file", "issue", "branch", "user", "page", "table", "record", "job", "note", "tag")
+    ]
+    first = build(*defs)
+    shuffled = list(defs)
+    random.Random(7).shuffle(shuffled)
+    second = build(*shuffled)
+    for query in ("get the file of a project", "remove a project branch", "find project users on a page", "list tags"):
+        full = names(first, query, 60)
+        assert names(second, query, 60) == full  # the index's input order does not matter
+        assert len(full) > 50 or "project" not in query  # more than the pool that is re-scored first
+        for k in (1, 3, 10, 25, 51):
+            assert names(first, query, k) == full[:k]  # any k is a prefix of the one order
+        assert first.search(query, 60) == first.search(query, 60)
+        shown = [hit.score for hit in first.search(query, 60)]  # past the re-scored fifty too
+        assert shown == sorted(shown, reverse=True)
