@@ -363,3 +363,20 @@ async def test_the_passthrough_history_is_bounded_over_all_callers() -> None:
     assert hooks._kept <= module._KEPT_CHARS
     assert hooks._kept == sum(r.chars for r in hooks._callers.values())
     assert len(hooks._callers) <= callers and "c0" not in hooks._callers  # the least recent went first
+
+
+async def test_a_later_turn_of_an_episode_that_quotes_an_untrusted_result_is_refused(tmp_path: Path) -> None:
+    # The model read the page's text in the first turn's results; the plan it writes next copies
+    # a piece of it literally, with no reference for the labels to follow.
+    async with flow_gateway(tmp_path) as (client, _):
+        first = await client.call_tool("orchestrate", {"plan": PAGE})
+        assert first.structured_content is not None, text(first)
+        episode = first.structured_content["episode"]
+        quoting = '<fx><counter>{"key": "exfiltrate-the-keys"}</counter></fx>'
+        refused = await client.call_tool("orchestrate", {"plan": quoting, "episode": episode})
+        own = await client.call_tool("orchestrate", {"plan": '<fx><counter>{"key": "mine"}</counter></fx>'})
+    [step] = steps(refused)
+    assert step["status"] == "error" and "read in an earlier turn" in step["error"], step
+    assert "step 1 (web__echo)" in step["error"]
+    assert [s["status"] for s in steps(own)] == ["ok"]
+    assert [p.name for p in tmp_path.glob("count-*")] == ["count-mine"]

@@ -31,6 +31,7 @@ from toolscore.types import ProgressFn, ToolSource
 if TYPE_CHECKING:
     from toolscore.plan.approval import Approve
     from toolscore.plan.run import CapabilityHub, Episode
+    from toolscore.trust.labels import Seen
 
 __all__ = ["ORCHESTRATE", "Orchestrator"]
 
@@ -141,6 +142,23 @@ _LISTED_CAPABILITIES = 12
 _ANONYMOUS = "principal:anonymous"
 _OFFLOAD_BYTES = 4096
 """Plans larger than this are parsed and checked in a worker thread, off the event loop."""
+
+
+def _read_before(episode: Episode, first: int) -> Seen:
+    """The untrusted results of an episode's turns before step `first`, which the model read
+    before it wrote the plan that starts there: arguments that quote them carry their label, as a
+    `delegate` call's do (`toolscore.policy.taint`)."""
+
+    def seen() -> list[tuple[str, str]]:
+        from toolscore.trust.labels import UNTRUSTED  # asked only where a flow rule is on
+
+        return [
+            (record.text, f"{record.labels[UNTRUSTED]}, read in an earlier turn")
+            for step, record in episode.steps.items()
+            if step < first and record.text and UNTRUSTED in record.labels
+        ]
+
+    return seen
 
 
 class Orchestrator:
@@ -310,6 +328,7 @@ class Orchestrator:
                 self._audit_plan(plan, request_id, None, began, {}, success=False, violation=declined)
                 return error_result("The user declined the plan: nothing was run.")
             approval = asked.approval(plan_id)
+        first = episode.next_step
         episode.next_step += len(turn.calls)
         runner = PlanRunner(
             engine=self._engine,
@@ -318,8 +337,9 @@ class Orchestrator:
             limiters=self._limiter,
             progress=progress,
             total=len(checked.steps),
-            # The confirm steps' own check finds the approval in their scope (`toolscore.policy.static`).
-            scope=scope if approval is None else replace(scope, approval=approval),
+            # The confirm steps' own check finds the approval in their scope (`toolscore.policy.static`);
+            # the flow rule finds what the model had read of the episode before writing this plan.
+            scope=replace(scope, approval=approval, seen=_read_before(episode, first)),
             # A step's resolved arguments may be no larger than what a client may send directly.
             max_argument_bytes=self._config.settings.max_request_bytes,
             capabilities=self.capabilities,

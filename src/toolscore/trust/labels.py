@@ -28,7 +28,6 @@ from toolscore._glob import matches
 from toolscore._json import iter_strings
 from toolscore.config import Config, FlowRule
 from toolscore.errors import PlanProblem
-from toolscore.plan.approval import NEEDS_APPROVAL
 from toolscore.plan.nodes import Block, CheckedBlock, CheckedCall, CheckedPlan
 
 __all__ = [
@@ -189,6 +188,8 @@ def plan_problems(plan: CheckedPlan, trust: Trust, rules: FlowRules) -> list[Pla
     """Every step of a plan whose references bring it labels the flow rule refuses, before any step
     runs; a `confirm` is a step the user must approve with the plan (`NEEDS_APPROVAL`: lifted when
     the client can be asked). References to earlier turns are checked when the step runs."""
+    from toolscore.plan.approval import NEEDS_APPROVAL  # loaded with the first plan, as the plan machinery
+
     blocks = block_steps(plan)
     results: dict[int, dict[str, str]] = {}
     problems: list[PlanProblem] = []
