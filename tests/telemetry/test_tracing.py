@@ -20,6 +20,7 @@ from opentelemetry.sdk.trace.sampling import Decision, Sampler, SamplingResult
 from tests.conftest import free_port, memory_gateway
 from toolscore import Gateway, MemoryAuditSink
 from toolscore.errors import ConfigError
+from toolscore.scope import CallScope
 from toolscore.telemetry import tracing
 
 pytestmark = pytest.mark.anyio
@@ -196,3 +197,14 @@ def test_an_endpoint_without_the_exporter_installed_is_a_clear_error() -> None:
     with pytest.raises(ConfigError, match=r"OTEL_EXPORTER_OTLP_ENDPOINT is set .* pip install 'toolscore\[otel\]'"):
         tracing.enable_from_env({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318"})
     assert tracing.tracer is None
+
+
+async def test_a_calls_span_names_its_principal(
+    traced_gw: tuple[Gateway, MemoryAuditSink], spans: InMemorySpanExporter
+) -> None:
+    gw, sink = traced_gw
+    await gw.engine.execute("fx__echo", {"text": "hi"}, scope=CallScope("principal:alice/c1"))
+    await gw.engine.execute("fx__echo", {"text": "hi"}, scope=CallScope("c2"))  # stdio: no principal
+    calls = [s for s in spans.get_finished_spans() if s.name == "toolscore.call fx__echo"]
+    assert [(s.attributes or {}).get("toolscore.principal") for s in calls] == ["alice", None]
+    assert [r.caller for r in sink.records[-2:]] == ["principal:alice/c1", "c2"]

@@ -22,6 +22,7 @@ from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from toolscore.errors import ConfigError
+from toolscore.scope import principal_of
 
 if TYPE_CHECKING:  # imported for real only when tracing is on
     from opentelemetry.trace import Span, Tracer, TracerProvider
@@ -93,6 +94,8 @@ def _call_attributes(span: Span, ctx: ExecutionContext) -> None:
         attributes["toolscore.remote_tool"] = ctx.route.remote_name
     if ctx.plan_id is not None:
         attributes["toolscore.plan_id"] = ctx.plan_id
+    if (principal := principal_of(ctx.scope.caller)) is not None:
+        attributes["toolscore.principal"] = principal  # who called, as the audit record says
     if ctx.actual_tokens is not None:
         attributes["toolscore.tokens"] = ctx.actual_tokens
     if ctx.estimated_tokens is not None:
