@@ -328,6 +328,7 @@ async def _run(
             banner=f"{len(_exposed_tools(gw))} tools from {len(gw.hub.registry.servers)} server(s)",
             sockets=sockets,
             pages=http_pages(gw),
+            subjects=gw.hub.subjects,  # access tokens for token exchange (downstream credentials)
         )
         return 0
 

@@ -26,13 +26,26 @@ import difflib
 import json
 import os
 import re
+import stat
 import sys
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import structlog
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    PlainValidator,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic_core import PydanticCustomError
 
 from toolscore._envfile import env_file_for, read_env_file
@@ -55,6 +68,7 @@ __all__ = [
     "ConcurrencyRules",
     "Config",
     "ConstraintsConfig",
+    "Credentials",
     "FlowRule",
     "GatewaySettings",
     "HttpAuth",
@@ -67,9 +81,11 @@ __all__ = [
     "PluginConfig",
     "RateLimit",
     "ResultRules",
+    "SecretFile",
     "ServerConfig",
     "ServerConstraints",
     "Shorthand",
+    "TokenExchangeSettings",
     "ToolFilter",
     "ToolHubSettings",
     "ToolRules",
@@ -277,6 +293,173 @@ def _capabilities(value: Any) -> Any:
     raise PydanticCustomError("capabilities", "must be a list of tags for every tool, or tool name -> list of tags")
 
 
+_PRINCIPAL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}")
+"""A principal's name, as a token file or an access token gives it (`toolscore.front.oauth.PRINCIPAL_NAME`)."""
+_BEARER_VALUE = re.compile(r"[\x21-\x7e]{1,16384}")
+"""A secret sent as `Authorization: Bearer <secret>`: visible ASCII, no spaces (nothing that breaks a header)."""
+
+
+def _bearer_secret(value: Any) -> Any:
+    # Messages never quote the value: it is a secret.
+    if isinstance(value, str) and not _BEARER_VALUE.fullmatch(value):
+        hint = " (give the secret alone: the gateway sends 'Authorization: Bearer <secret>')" if " " in value else ""
+        raise PydanticCustomError(
+            "bearer_secret", "must be one line of visible ASCII without spaces, at most 16 KiB{hint}", {"hint": hint}
+        )
+    return value
+
+
+_BearerSecret = Annotated[str, BeforeValidator(_bearer_secret)]
+
+
+def _principal_key(value: Any) -> Any:
+    if isinstance(value, str) and not _PRINCIPAL_NAME.fullmatch(value):
+        raise PydanticCustomError(
+            "principal_name",
+            "'{name}' is not a principal's name: 1-64 of A-Z a-z 0-9 _ . @ - starting with a letter or digit",
+            {"name": value[:80]},
+        )
+    return value
+
+
+_PrincipalName = Annotated[str, BeforeValidator(_principal_key)]
+
+
+@dataclass(frozen=True, slots=True)
+class SecretFile:
+    """`credentials.per_principal_file`: the file's path and the (principal, secret) lines read from it."""
+
+    path: str
+    entries: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+
+
+def parse_secret_lines(text: str, source: str) -> tuple[tuple[str, str], ...]:
+    """`NAME SECRET` lines (blank lines and `#` comments skipped), as a token file's; messages name
+    the file and line, never a secret."""
+    entries: dict[str, str] = {}
+    for n, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        where = f"{source} line {n}"
+        parts = line.split()
+        if len(parts) != 2:
+            raise ValueError(f"{where}: expected 'NAME SECRET' (a principal's name, a space, its secret)")
+        name, secret = parts
+        if not _PRINCIPAL_NAME.fullmatch(name):
+            raise ValueError(f"{where}: a name is 1-64 of A-Z a-z 0-9 _ . @ - and starts with a letter or digit")
+        if not _BEARER_VALUE.fullmatch(secret):
+            raise ValueError(f"{where}: the secret must be visible ASCII, at most 16 KiB")
+        if name in entries:
+            raise ValueError(f"{where}: the name '{name}' is given twice")
+        entries[name] = secret
+    if not entries:
+        raise ValueError(f"the file {source} holds no 'NAME SECRET' line")
+    return tuple(entries.items())
+
+
+def _read_secret_file(value: Any, info: ValidationInfo) -> SecretFile:
+    """The file read now (so a reload that cannot read it keeps the running config), its mode
+    checked as the HTTP front's token file's is; a disabled server's is not read."""
+    if isinstance(value, SecretFile):
+        return value
+    if not isinstance(value, str) or not value.strip():
+        raise PydanticCustomError("secret_file", "must be the path of a file of 'NAME SECRET' lines")
+    if (info.context or {}).get("disabled"):
+        return SecretFile(value)
+    path = Path(value).expanduser()
+    try:
+        mode = stat.S_IMODE(path.stat().st_mode)
+        # Like ssh with private keys: a secret others can read (or replace) is not a secret.
+        if os.name == "posix" and mode & 0o077:
+            raise ValueError(f"the file {path} is open to group or others (mode {mode:o}): chmod 600 it")
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ValueError(f"cannot read the file {path} ({exc.strerror})") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"the file {path} is not text") from None
+    return SecretFile(value, parse_secret_lines(text, str(path)))
+
+
+def _check_endpoint(value: str) -> str:
+    if not re.fullmatch(r'https?://[^\s/?#"\\]+(/[^\s#"\\]*)?', value):
+        raise ValueError(f"{value!r} is not an http(s) URL")
+    if value.startswith("http://"):
+        host = re.sub(r":\d+$", "", value.removeprefix("http://").split("/")[0]).strip("[]")
+        if host not in ("127.0.0.1", "localhost", "::1"):
+            raise ValueError("reach the token endpoint over https (plain http only on a loopback address)")
+    return value
+
+
+_SecretFileField = Annotated[SecretFile, PlainValidator(_read_secret_file), PlainSerializer(lambda f: f.path)]
+"""Given as a path, held as the path and the lines read from it, written back as the path."""
+
+
+class TokenExchangeSettings(_Frozen):
+    """`credentials.token_exchange`: OAuth 2.0 token exchange (RFC 8693) for the caller's access token."""
+
+    token_endpoint: str
+    """The authorization server's token endpoint: https (plain http only on loopback)."""
+    client_id: str = Field(min_length=1)
+    """The gateway's own client at that server."""
+    client_secret: str | None = None
+    """Its secret (write `${VAR}`); none: a public client (`client_id` sent in the form)."""
+    client_auth: Literal["basic", "post"] = "basic"
+    """How the client authenticates: HTTP Basic (`client_secret_basic`) or in the form (`client_secret_post`)."""
+    audience: str | None = Field(default=None, min_length=1)
+    """Whom the issued token is for (default: the server's `url`)."""
+    scope: str | None = None
+    """The scopes asked for the issued token, space-separated."""
+
+    _check_endpoint = field_validator("token_endpoint")(lambda v: _check_endpoint(v))
+
+    @field_validator("scope")
+    @classmethod
+    def _check_scope(cls, value: str | None) -> str | None:
+        if value is not None and not all(_SCOPE_TOKEN.fullmatch(s) for s in value.split()):
+            raise ValueError("scopes are printable ASCII without quotes or backslashes, separated by spaces")
+        return value
+
+    def __repr_args__(self) -> Any:
+        for key, value in super().__repr_args__():
+            yield key, (_MASK if key == "client_secret" and value else value)
+
+
+class Credentials(_Frozen):
+    """A server's `credentials`: how the gateway authenticates to it for each principal
+    (docs/security.md#downstream-credentials). Exactly one of the three; the client's own token is
+    never sent."""
+
+    per_principal: dict[_PrincipalName, _BearerSecret] | None = None
+    """Principal name -> the bearer secret sent for it (write `${VAR}`)."""
+    per_principal_file: (
+        Annotated[SecretFile, PlainValidator(_read_secret_file), PlainSerializer(lambda f: f.path)] | None
+    ) = None
+    """A file of `NAME SECRET` lines, mode 600 (read when the config is loaded or reloaded)."""
+    token_exchange: TokenExchangeSettings | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> Credentials:
+        given = [k for k in ("per_principal", "per_principal_file", "token_exchange") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError(
+                "give exactly one of 'per_principal', 'per_principal_file' and 'token_exchange'"
+                + (f" (not {' and '.join(given)})" if given else "")
+            )
+        return self
+
+    @property
+    def secrets(self) -> Mapping[str, str] | None:
+        """Principal -> secret, from `per_principal` or its file (None: token exchange)."""
+        if self.per_principal is not None:
+            return self.per_principal
+        return dict(self.per_principal_file.entries) if self.per_principal_file is not None else None
+
+    def __repr_args__(self) -> Any:
+        for key, value in super().__repr_args__():
+            yield key, (dict.fromkeys(value, _MASK) if key == "per_principal" and isinstance(value, dict) else value)
+
+
 class ServerConfig(BaseModel):
     """One downstream server: stdio (`command`) or HTTP/SSE (`url`)."""
 
@@ -295,6 +478,11 @@ class ServerConfig(BaseModel):
     headers: dict[str, str] = Field(default_factory=dict)
     # toolscore's own per-server options
     disabled: bool = False
+    credentials: Credentials | None = None
+    """How the gateway authenticates to this HTTP server for each calling principal: a secret per
+    principal, or a token exchanged for the caller's access token (docs/security.md#downstream-credentials).
+    Calls then go over one connection per principal; `headers` stay on every connection, the
+    tools are listed on one that carries `headers` alone."""
     timeout: float | None = Field(default=None, gt=0)
     """Seconds a call may take on this server (default: the gateway's `default_timeout`)."""
     spill_bytes: int | None = Field(default=None, ge=1024)
@@ -388,6 +576,8 @@ class ServerConfig(BaseModel):
             raise ValueError("type 'stdio' needs 'command', not 'url'")
         if self.command is not None and self.type not in (None, "stdio"):
             raise ValueError(f"type '{self.type}' needs 'url', not 'command'")
+        if self.credentials is not None and self.url is None:
+            raise ValueError("'credentials' is for a server reached by 'url' (http or sse); a stdio server takes 'env'")
         return self
 
     @property
@@ -823,9 +1013,11 @@ def _expand(value: Any, env: Mapping[str, str], where: list[int | str], source: 
     return map_strings_at(value, expand, tuple(where))
 
 
-def _validate(model: type[BaseModel], data: Any, where: list[int | str], source: str | None) -> Any:
+def _validate(
+    model: type[BaseModel], data: Any, where: list[int | str], source: str | None, *, disabled: bool = False
+) -> Any:
     try:
-        return model.model_validate(data)
+        return model.model_validate(data, context={"disabled": disabled})
     except ValidationError as exc:
         first = exc.errors()[0]
         loc = [*where, *(p for p in first["loc"] if p != "name")]
@@ -866,9 +1058,10 @@ def parse_config(data: Any, *, source: str | None = None, env: Mapping[str, str]
             raise ConfigError("server names must not be empty", path=source, field=key)
         if not isinstance(raw, dict):
             raise ConfigError("must be an object", path=source, field=_loc(where))
-        # A disabled entry may name variables that are not set on this machine.
-        entry = raw if raw.get("disabled") is True else _expand(raw, variables, where, source)
-        servers[name] = _validate(ServerConfig, {**entry, "name": name}, where, source)
+        # A disabled entry may name variables (and files) that are not on this machine.
+        disabled = raw.get("disabled") is True
+        entry = raw if disabled else _expand(raw, variables, where, source)
+        servers[name] = _validate(ServerConfig, {**entry, "name": name}, where, source, disabled=disabled)
         _warn_unknown_keys(servers[name], source)
 
     settings = _validate(

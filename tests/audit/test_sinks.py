@@ -123,9 +123,13 @@ def test_a_record_of_checked_fields_is_the_validated_record_and_written_the_same
         "steps": None,
         "outcome": {"ok": 2},
     }
-    assert set(fields) == set(AuditRecord.model_fields)  # of_checked takes every field
+    # of_checked takes every field but `principal`, which it derives from `caller` as validation does.
+    assert set(fields) | {"principal"} == set(AuditRecord.model_fields)
     checked, validated = AuditRecord.of_checked(**fields), AuditRecord(**fields)
     assert checked == validated
+    principal = AuditRecord.of_checked(**{**fields, "caller": "principal:alice/c2"})
+    assert principal == AuditRecord(**{**fields, "caller": "principal:alice/c2"})
+    assert principal.principal == "alice"
     sink = JsonlAuditSink(tmp_path / "audit.jsonl")
     sink.write(checked)
     sink.close()

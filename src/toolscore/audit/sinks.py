@@ -26,11 +26,12 @@ from typing import Any, Protocol
 
 import msgspec
 import structlog
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, model_validator
 from pydantic_core import PydanticSerializationError
 
 from toolscore._json import scrub_unpaired_surrogates
 from toolscore.audit.chain import GENESIS, link
+from toolscore.scope import principal_of
 
 __all__ = [
     "AuditRecord",
@@ -59,6 +60,9 @@ class AuditRecord(BaseModel):
     caller: str | None = None
     """Who called (`toolscore.front.callers`: a connection, session or HTTP principal; `console`
     for the web console), when known."""
+    principal: str | None = None
+    """The principal of `caller` (`toolscore.scope.principal_of`: `alice` of `principal:alice/c3`),
+    derived from it when the record is made; None for a caller without one."""
     plan_id: str | None = None
     """Set on plan steps: the `orchestrate` call they belong to."""
     tool: str
@@ -84,6 +88,13 @@ class AuditRecord(BaseModel):
     outcome: dict[str, int] | None = None
     """Step statuses of a plan and how many ended so."""
 
+    @model_validator(mode="before")
+    @classmethod
+    def _derive_principal(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("principal") is None and data.get("caller") is not None:
+            return {**data, "principal": principal_of(data["caller"])}
+        return data
+
     @classmethod
     def of_checked(cls, **fields: Any) -> AuditRecord:
         """A record of fields that already have their types, every field given, not validated again.
@@ -92,6 +103,8 @@ class AuditRecord(BaseModel):
         once more was the largest part of the audit's cost on the call path. The record is the
         one `model_construct` would build, without that function's walk over the fields' defaults.
         """
+        if "principal" not in fields:
+            fields["principal"] = principal_of(fields.get("caller"))
         record = cls.__new__(cls)
         object.__setattr__(record, "__dict__", fields)
         object.__setattr__(record, "__pydantic_fields_set__", set(fields))

@@ -5,6 +5,12 @@ boot only lists the tools, and each client's first call starts that client's own
 own process, its own state). At most `max_sessions` such instances run per server; past that,
 the least recently used one with no call in flight is stopped, and one unused for
 `session_idle_seconds` stops by itself. A client that disconnects loses its instances.
+
+A server with `credentials` is reached with each principal's own credential
+(`toolscore.downstream.credentials`): its calls go over one connection per principal, kept as
+those instances are (keyed `principal:<name>`, within `max_sessions`, stopped when idle), and the
+connection started at boot, which carries the entry's `headers` alone, only lists the tools. With
+`isolation: "session"` as well, each client's instance carries its principal's credential.
 """
 
 from __future__ import annotations
@@ -27,12 +33,13 @@ from toolscore.downstream.backchannel import Peer
 from toolscore.downstream.breaker import Verdict
 from toolscore.downstream.catalog import Catalog, build_catalog
 from toolscore.downstream.connection import Downstream, ServerState, ServerStatus
+from toolscore.downstream.credentials import BearerAuth, Credential, SubjectTokens, credential_for
 from toolscore.downstream.raw import RawResult
 from toolscore.downstream.registry import Registry, Route, build_registry
 from toolscore.downstream.tasks import call_as_task, runs_as_task
 from toolscore.downstream.transports import MemoryTransport, Transport, transport_for
 from toolscore.errors import ConfigError, DownstreamUnavailable, Rejected, UsageError
-from toolscore.scope import CallScope
+from toolscore.scope import CallScope, principal_of
 from toolscore.trust.pins import PinBook
 from toolscore.types import ANONYMOUS_CALLER, Arguments, ProgressFn
 
@@ -140,6 +147,11 @@ class DownstreamHub:
         self._announced: dict[str, dict[str, int]] = {}  # each server's `announced`, as last passed on
         self._task_group: TaskGroup | None = None
         self._instances: dict[tuple[str, str], _Instance] = {}
+        self.subjects = SubjectTokens()
+        """The principals' access tokens, noted by the HTTP front's guard, for token exchange."""
+        self._credentials: dict[str, Credential] = {}
+        """The servers reached with each principal's own credential (`credentials`), by name."""
+        self._configure_credentials(config.enabled_servers)
         self._gone: set[str] = set()
         self._reap_hooks: list[Callable[[], None]] = []
         self.downstreams: dict[str, Downstream] = {
@@ -148,8 +160,28 @@ class DownstreamHub:
         self._scopes: dict[Downstream, anyio.CancelScope] = {}
         """The cancel scope each shared connection runs in (`_run_shared`)."""
 
+    def _configure_credentials(self, servers: list[ServerConfig]) -> None:
+        """The credentials of `servers` (added or changed), and whether access tokens are kept."""
+        for server in servers:
+            credential = credential_for(server, self.subjects)
+            if credential is None:
+                self._credentials.pop(server.name, None)
+            else:
+                self._credentials[server.name] = credential
+        enabled = {s.name: s for s in self.config.enabled_servers}
+        for name in [n for n in self._credentials if n not in enabled]:
+            del self._credentials[name]
+        self.subjects.wanted = any(
+            s.credentials is not None and s.credentials.token_exchange is not None for s in enabled.values()
+        )
+
     def _downstream(
-        self, server: ServerConfig, *, on_tools_changed: ToolsChangedListener, label: str | None = None
+        self,
+        server: ServerConfig,
+        *,
+        on_tools_changed: ToolsChangedListener,
+        label: str | None = None,
+        auth: BearerAuth | None = None,
     ) -> Downstream:
         transport: Transport
         if server.name in self._memory_servers:
@@ -162,6 +194,7 @@ class DownstreamHub:
                 log_dir=self._log_dir,
                 max_message_bytes=self.config.settings.max_result_bytes,
                 label=label or server.name,
+                auth=auth,
             )
         downstream = Downstream(
             server,
@@ -212,7 +245,7 @@ class DownstreamHub:
         downstream = self.downstreams.get(server)
         if downstream is None:
             raise DownstreamUnavailable(f"Server '{server}' is not configured.", server=server)
-        if downstream.config.isolation != "session":
+        if downstream.config.isolation != "session" and server not in self._credentials:
             return await downstream.request(request, result_type, what, scope=scope)
         instance = await self._instance(downstream.config, scope)
         instance.calls += 1
@@ -235,7 +268,9 @@ class DownstreamHub:
         A `roots/list` they send back within `window` seconds goes to `peer`, detached after.
         """
         targets = [d for d in self.downstreams.values() if d.config.isolation != "session"]
-        targets += [i.downstream for (_, owner), i in self._instances.items() if owner == caller]
+        principal = principal_of(caller)
+        mine = (caller, f"principal:{principal}") if principal is not None else (caller,)
+        targets += [i.downstream for (_, owner), i in self._instances.items() if owner in mine]
         if self._task_group is None or not targets:
             peer.detach()
             return
@@ -285,7 +320,7 @@ class DownstreamHub:
         if isolated, as a task where it must be (`toolscore.downstream.tasks`); `keep_bytes`: the
         result may stay the server's bytes (`Downstream.call`)."""
         shared = self.downstreams.get(server)
-        if shared is not None and shared.config.isolation != "session":
+        if shared is not None and shared.config.isolation != "session" and server not in self._credentials:
             # What `_serving` gives a shared server, without its context manager: the hot path's every call.
             return await _call(shared, tool, arguments, progress, scope, keep_bytes)
         async with self._serving(server, scope) as downstream:
@@ -293,14 +328,15 @@ class DownstreamHub:
 
     @asynccontextmanager
     async def _serving(self, server: str, scope: CallScope) -> AsyncIterator[Downstream]:
-        """The connection a call of `scope` to `server` goes to: the shared one, or its caller's instance."""
+        """The connection a call of `scope` to `server` goes to: the shared one, its caller's instance,
+        or its principal's connection."""
         downstream = self.downstreams.get(server)
         if downstream is None:
             raise DownstreamUnavailable(f"Server '{server}' is not configured.", server=server)
-        if downstream.config.isolation != "session":
+        if downstream.config.isolation != "session" and server not in self._credentials:
             yield downstream
             return
-        if scope.caller == ANONYMOUS_CALLER:
+        if scope.caller == ANONYMOUS_CALLER and downstream.config.isolation == "session":
             # Stateless requests with no token are all one caller: one instance would be shared
             # by every such client, which is what isolation exists to prevent.
             raise Rejected(
@@ -322,21 +358,45 @@ class DownstreamHub:
         downstream = self.downstreams.get(server)
         if downstream is None or self._task_group is None:
             return
-        if downstream.config.isolation == "session":
-            instance = self._instances.get((server, caller or "anonymous"))
+        if downstream.config.isolation == "session" or server in self._credentials:
+            instance = self._instances.get((server, self._owner(downstream.config, caller)))
             if instance is None:
                 return
             downstream = instance.downstream
         self._task_group.start_soon(downstream.check_after_timeout)
 
+    def _owner(self, config: ServerConfig, caller: str | None) -> str:
+        """Whose instance of `config`'s server a call of `caller` goes to: the caller's own
+        (`isolation: "session"`), else its principal's (`principal:<name>`, a server with `credentials`)."""
+        if config.isolation == "session":
+            return caller or "anonymous"
+        return f"principal:{principal_of(caller)}"
+
     async def _instance(self, config: ServerConfig, scope: CallScope) -> _Instance:
-        caller = scope.caller or "anonymous"
+        credential = self._credentials.get(config.name)
+        principal = principal_of(scope.caller)
+        if credential is not None:
+            # Refuses a caller without a credential here, before anything is sent; a token due for
+            # renewal is renewed before the call rather than by its request.
+            await credential.bearer(principal)
+        caller = self._owner(config, scope.caller)
         key = (config.name, caller)
         instance = self._instances.get(key)
+        if (
+            instance is not None
+            and credential is not None
+            and instance.calls == 0
+            and instance.downstream.state is ServerState.DOWN
+        ):
+            # Down while idle, its credential lapsed perhaps: started again, with the one just obtained.
+            self._stop(key, "down; started again for a call")
+            instance = None
         if instance is None:
             self._make_room(config)
             assert self._task_group is not None, "the hub is not running"
-            downstream = self._downstream(config, on_tools_changed=_nothing, label=f"{config.name}[{caller}]")
+            auth = BearerAuth(credential, principal) if credential is not None and principal is not None else None
+            label = f"{config.name}[{caller}]"
+            downstream = self._downstream(config, on_tools_changed=_nothing, label=label, auth=auth)
             downstream.opened_for = scope.peer  # for a roots/list it sends as it starts
             instance = _Instance(downstream, anyio.CancelScope())
             self._instances[key] = instance
@@ -425,6 +485,7 @@ class DownstreamHub:
             changed=sorted(n for n in old.keys() & new.keys() if old[n] != new[n]),
         )
         self.config, self._hide = config, hide
+        self._configure_credentials([new[n] for n in (*changes.added, *changes.changed)])
         for name in (*changes.removed, *changes.changed):
             retired = self.downstreams.pop(name)
             grace = self.config.settings.default_timeout if retired.config.timeout is None else retired.config.timeout

@@ -148,19 +148,24 @@ class StdioTransport:
 
 
 class HttpTransport:
-    """Streamable HTTP; headers (auth) go on the httpx2 client the SDK uses."""
+    """Streamable HTTP; headers and auth go on the httpx2 client the SDK uses.
+
+    `auth` (a principal's connection, `toolscore.downstream.credentials`) sets `Authorization` on
+    each request, over whatever `headers` say.
+    """
 
     kind = "http"
     pid = None
     raw = None
 
-    def __init__(self, url: str, headers: dict[str, str] | None = None) -> None:
+    def __init__(self, url: str, headers: dict[str, str] | None = None, auth: httpx2.Auth | None = None) -> None:
         self._url = url
         self._headers = headers or {}
+        self._auth = auth
 
     @asynccontextmanager
     async def connect(self) -> AsyncIterator[Streams]:
-        http = httpx2.AsyncClient(headers=self._headers, timeout=httpx2.Timeout(30.0, read=300.0))
+        http = httpx2.AsyncClient(headers=self._headers, auth=self._auth, timeout=httpx2.Timeout(30.0, read=300.0))
         async with http, streamable_http_client(self._url, http_client=http) as streams:
             yield streams[0], streams[1]
 
@@ -176,18 +181,19 @@ class HttpTransport:
 
 
 class SseTransport:
-    """The older HTTP+SSE transport."""
+    """The older HTTP+SSE transport (headers and auth as `HttpTransport`'s)."""
 
     kind = "sse"
     pid = None
     raw = None
 
-    def __init__(self, url: str, headers: dict[str, str] | None = None) -> None:
+    def __init__(self, url: str, headers: dict[str, str] | None = None, auth: httpx2.Auth | None = None) -> None:
         self._url = url
         self._headers = headers or {}
+        self._auth = auth
 
     def connect(self) -> AbstractAsyncContextManager[Streams]:
-        return sse_client(self._url, headers=self._headers or None)
+        return sse_client(self._url, headers=self._headers or None, auth=self._auth)
 
     def kill(self) -> None:
         """Nothing to kill: the connection is dropped by the caller."""
@@ -245,14 +251,22 @@ class MemoryTransport:
         return None
 
 
-def transport_for(config: ServerConfig, *, log_dir: Path | None, max_message_bytes: int, label: str) -> Transport:
-    """The transport a servers.json entry names (`memory` servers are given in process instead)."""
+def transport_for(
+    config: ServerConfig,
+    *,
+    log_dir: Path | None,
+    max_message_bytes: int,
+    label: str,
+    auth: httpx2.Auth | None = None,
+) -> Transport:
+    """The transport a servers.json entry names (`memory` servers are given in process instead);
+    `auth`: the credential of one principal's connection to an HTTP or SSE server."""
     if config.transport == "stdio":
         return StdioTransport(config, log_dir=log_dir, max_message_bytes=max_message_bytes, label=label)
     assert config.url is not None
     if config.transport == "sse":
-        return SseTransport(config.url, config.headers)
-    return HttpTransport(config.url, config.headers)
+        return SseTransport(config.url, config.headers, auth)
+    return HttpTransport(config.url, config.headers, auth)
 
 
 _TAIL_LINES = 5

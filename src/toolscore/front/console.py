@@ -9,7 +9,9 @@ server) before it calls the API. A wrong Origin is refused (403) before anything
 what stops another site's page from driving the try-a-call form.
 
 `ConsoleFeed` sits in the audit chain: it keeps the last records for the tail and the figures,
-and hands each new one to the open tails (a slow reader loses records, never slows a call).
+hands each new one to the open tails (a slow reader loses records, never slows a call), and counts
+each principal's usage since the gateway started (`/ui/api/principals`: calls, failures, refusals,
+tokens; the first `MAX_PRINCIPALS` named, later ones together as `(other)`).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import json
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
@@ -31,13 +34,17 @@ from toolscore.audit.sinks import AuditRecord, AuditSink
 from toolscore.audit.stats import compute_stats
 from toolscore.downstream.connection import ServerStatus
 
-__all__ = ["PUBLIC_PATHS", "ConsoleFeed", "ConsoleSink", "console_pages"]
+__all__ = ["MAX_PRINCIPALS", "PUBLIC_PATHS", "ConsoleFeed", "ConsoleSink", "PrincipalUsage", "console_pages"]
 
 PUBLIC_PATHS = frozenset({"/ui"})
 """Paths the guard serves without the bearer token (still behind the Host/Origin check): the static page."""
 TAIL_SECONDS = 10.0
 """How long one audit tail response stays open; the page opens the next (so a stopping server never waits long)."""
 _KEEP = 1000
+MAX_PRINCIPALS = 500
+"""Principals counted apart in the usage table; later ones are counted together (principals come
+from tokens, not the config, so the table is bounded)."""
+OTHER = "(other)"
 _QUEUE = 256
 _MAX_BODY = 1 << 20
 
@@ -45,16 +52,46 @@ CallTool = Callable[[str, dict[str, Any], Scope], Awaitable[mcp_types.CallToolRe
 """Runs a tool for the console's HTTP request (its ASGI scope says who signed in)."""
 
 
-class ConsoleFeed:
-    """The latest audit records, and the tails reading new ones as they come."""
+@dataclass(slots=True)
+class PrincipalUsage:
+    """One principal's calls since the gateway started, as its audit records tell them."""
 
-    def __init__(self, keep: int = _KEEP) -> None:
+    principal: str
+    calls: int = 0
+    failures: int = 0
+    """Calls that did not succeed, refusals included."""
+    refused: int = 0
+    """Calls a rule refused (`rejected`: its tools, its quota, a downstream credential it lacks)."""
+    tokens: int = 0
+    """The audit's size of the calls: the arguments and the results read, at 4 characters a token."""
+    last: str | None = None
+    """When its latest call started (ISO 8601)."""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "principal": self.principal,
+            "calls": self.calls,
+            "failures": self.failures,
+            "refused": self.refused,
+            "tokens": self.tokens,
+            "last": self.last,
+        }
+
+
+class ConsoleFeed:
+    """The latest audit records, the tails reading new ones as they come, and each principal's usage."""
+
+    def __init__(self, keep: int = _KEEP, *, max_principals: int = MAX_PRINCIPALS) -> None:
         self._recent: deque[AuditRecord] = deque(maxlen=keep)
         self._tails: set[MemoryObjectSendStream[AuditRecord]] = set()
+        self._usage: dict[str, PrincipalUsage] = {}
+        self._max_principals = max_principals
 
     def observe(self, record: AuditRecord) -> None:
-        """Keep the record and offer it to every open tail (a full tail skips it)."""
+        """Keep the record, count it to its principal, and offer it to every open tail (a full tail skips it)."""
         self._recent.append(record)
+        if record.principal is not None:
+            self._count(record, record.principal)
         for tail in list(self._tails):
             try:
                 tail.send_nowait(record)
@@ -63,9 +100,25 @@ class ConsoleFeed:
             except (anyio.BrokenResourceError, anyio.ClosedResourceError):
                 self._tails.discard(tail)
 
+    def _count(self, record: AuditRecord, principal: str) -> None:
+        usage = self._usage.get(principal)
+        if usage is None:
+            if len(self._usage) >= self._max_principals + (OTHER in self._usage):
+                principal = OTHER
+            usage = self._usage.setdefault(principal, PrincipalUsage(principal))
+        usage.calls += 1
+        usage.failures += not record.success
+        usage.refused += record.error_kind == "rejected"
+        usage.tokens += record.actual_tokens or 0
+        usage.last = record.time.isoformat()
+
     def recent(self) -> list[AuditRecord]:
         """The kept records, oldest first."""
         return list(self._recent)
+
+    def usage(self) -> list[PrincipalUsage]:
+        """Each principal's usage since the gateway started, the busiest first."""
+        return sorted(self._usage.values(), key=lambda u: (-u.calls, u.principal))
 
     async def tail(self, seconds: float) -> AsyncIterator[AuditRecord]:
         """New records for `seconds`."""
@@ -205,6 +258,7 @@ def console_pages(
         "/ui/api/servers": _get(servers),
         "/ui/api/tools": _get(lambda: _json([_tool_json(t, server_of(t.name)) for t in tools()])),
         "/ui/api/stats": _get(lambda: _json(compute_stats(feed.recent(), slow_ms=slow_ms).as_dict())),
+        "/ui/api/principals": _get(lambda: _json([u.as_dict() for u in feed.usage()])),
         "/ui/api/audit": _get(audit),
         "/ui/api/call": try_call,
         "/ui/api/config": _get(lambda: _json({"reload_problem": reload_problem()})),

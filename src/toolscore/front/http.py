@@ -19,6 +19,7 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
 from pydantic import ValidationError
@@ -31,6 +32,9 @@ from toolscore.errors import ConfigError
 from toolscore.front.callers import PRINCIPAL_SCOPE_KEY, ROLES_SCOPE_KEY
 from toolscore.front.http_input import check_body
 from toolscore.front.oauth import PRINCIPAL_NAME, JwksError, KeySource, Refusal, ResourceServer
+
+if TYPE_CHECKING:
+    from toolscore.downstream.credentials import SubjectTokens
 
 __all__ = [
     "SINGLE_PRINCIPAL",
@@ -290,7 +294,9 @@ class HttpGuard:
     Both run on every path before the app sees the request, so a request from a DNS-rebinding web
     page or without the token never reaches the MCP layer, and its body is never read. The
     authenticated principal (and, with OAuth, its roles) goes into the ASGI scope for the layers
-    below (`PRINCIPAL_SCOPE_KEY`, `ROLES_SCOPE_KEY`).
+    below (`PRINCIPAL_SCOPE_KEY`, `ROLES_SCOPE_KEY`); a checked access token is noted in `subjects`
+    for token exchange (`toolscore.downstream.credentials`), which keeps it only while some server
+    exchanges tokens. The token goes nowhere else: no layer below sees it.
     """
 
     def __init__(
@@ -302,9 +308,11 @@ class HttpGuard:
         public: frozenset[str] = frozenset(),
         max_body: int = DEFAULT_MAX_REQUEST_BYTES,
         oauth: ResourceServer | None = None,
+        subjects: SubjectTokens | None = None,
     ) -> None:
         self._app = app
         self._oauth = oauth
+        self._subjects = subjects
         self._max_body = max_body
         """The app's body size limit: every body up to it is checked (`check_body`)."""
         self._hosts = TransportSecurityMiddleware(security)  # the SDK's own Host/Origin rules
@@ -332,11 +340,14 @@ class HttpGuard:
         roles: tuple[str, ...] = ()
         if refused is None and scope["path"] not in self._public:
             if self._oauth is not None:
-                identity = await self._oauth.authenticate(request.headers.get("authorization"))
+                authorization = request.headers.get("authorization")
+                identity = await self._oauth.authenticate(authorization)
                 if isinstance(identity, Refusal):
                     refused = _challenge(identity, self._oauth)
                 else:
                     principal, roles = identity.principal, identity.roles
+                    if self._subjects is not None and self._subjects.wanted and authorization is not None:
+                        self._subjects.note(principal, authorization.partition(" ")[2].strip(), identity.expires)
             elif self._token is not None:
                 principal = self._principal(request, self._token)
                 if principal is None:

@@ -25,7 +25,7 @@ import re
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -93,6 +93,8 @@ class Identity:
 
     principal: str
     roles: tuple[str, ...]
+    expires: float | None = field(default=None, compare=False)
+    """When the token expires (its `exp`, Unix time): how long token exchange may use it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -410,7 +412,8 @@ class ResourceServer:
             return _invalid("the token's roles claim is not a list of strings")
         if len(roles) > MAX_ROLES:
             return _invalid(f"the token has more than {MAX_ROLES} roles")
-        return Identity(principal_name(subject), tuple(dict.fromkeys(principal_name(r) for r in roles)))
+        roles = tuple(dict.fromkeys(principal_name(r) for r in roles))
+        return Identity(principal_name(subject), roles, float(claims["exp"]))
 
 
 def _header(token: str) -> dict[str, Any] | None:

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     import uvicorn
     from starlette.types import ASGIApp
 
+    from toolscore.downstream.credentials import SubjectTokens
     from toolscore.front.http import HttpExposure
 
 __all__ = ["http_app", "listen_sockets", "serve_http", "serve_stdio"]
@@ -141,6 +142,7 @@ def http_app(
     exposure: HttpExposure,
     max_request_bytes: int,
     pages: Mapping[str, ASGIApp] | None = None,
+    subjects: SubjectTokens | None = None,
 ) -> ASGIApp:
     """The HTTP front as one ASGI app (its lifespan runs the sessions): the guard, the gateway's pages,
     the hot path for passthrough calls (`front.http_fast`) and the SDK's streamable HTTP app.
@@ -175,6 +177,7 @@ def http_app(
         security=exposure.security,
         token=exposure.token,
         oauth=exposure.oauth,
+        subjects=subjects,
         public=PUBLIC_PATHS & set(pages or ()),
         max_body=max_request_bytes,
     )
@@ -190,6 +193,7 @@ async def serve_http(
     banner: str = "",
     sockets: list[socket.socket] | None = None,
     pages: Mapping[str, ASGIApp] | None = None,
+    subjects: SubjectTokens | None = None,
 ) -> None:
     """Serve streamable HTTP on `http(s)://host:port/mcp` until SIGTERM/SIGINT.
 
@@ -203,11 +207,14 @@ async def serve_http(
         sockets: Already listening on `host`:`port` (`listen_sockets`); uvicorn closes them at the end.
             Without them uvicorn binds, and a port in use ends the process from inside uvicorn.
         pages: The gateway's own pages beside `/mcp` by exact path (`/metrics`), behind the same guard.
+        subjects: Where checked access tokens are noted for token exchange (`DownstreamHub.subjects`).
     """
     import uvicorn
 
     config = uvicorn.Config(
-        http_app(server, host=host, exposure=exposure, max_request_bytes=max_request_bytes, pages=pages),
+        http_app(
+            server, host=host, exposure=exposure, max_request_bytes=max_request_bytes, pages=pages, subjects=subjects
+        ),
         host=host,
         port=port,
         log_level="warning",
