@@ -368,17 +368,26 @@ def _read_secret_file(value: Any, info: ValidationInfo) -> SecretFile:
     if (info.context or {}).get("disabled"):
         return SecretFile(value)
     path = Path(value).expanduser()
+    return SecretFile(value, parse_secret_lines(read_secret_text(path, "the file"), str(path)))
+
+
+def read_secret_text(path: Path, what: str) -> str:
+    """The text of a file of secrets (`what` names it in errors: "the token file"), refused unless
+    only its owner can read and write it.
+
+    Raises:
+        ValueError: it is open to group or others, cannot be read, or is not text.
+    """
     try:
         mode = stat.S_IMODE(path.stat().st_mode)
         # Like ssh with private keys: a secret others can read (or replace) is not a secret.
         if os.name == "posix" and mode & 0o077:
-            raise ValueError(f"the file {path} is open to group or others (mode {mode:o}): chmod 600 it")
-        text = path.read_text(encoding="utf-8")
+            raise ValueError(f"{what} {path} is open to group or others (mode {mode:o}): chmod 600 it")
+        return path.read_text(encoding="utf-8")
     except OSError as exc:
-        raise ValueError(f"cannot read the file {path} ({exc.strerror})") from None
+        raise ValueError(f"cannot read {what} {path} ({exc.strerror})") from None
     except UnicodeDecodeError:
-        raise ValueError(f"the file {path} is not text") from None
-    return SecretFile(value, parse_secret_lines(text, str(path)))
+        raise ValueError(f"{what} {path} is not text") from None
 
 
 def _check_endpoint(value: str) -> str:

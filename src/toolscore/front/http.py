@@ -14,7 +14,6 @@ import hmac
 import ipaddress
 import os
 import ssl
-import stat
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -27,7 +26,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from toolscore.config import DEFAULT_MAX_REQUEST_BYTES, TOKEN_ENV, HttpSettings
+from toolscore.config import DEFAULT_MAX_REQUEST_BYTES, TOKEN_ENV, HttpSettings, read_secret_text
 from toolscore.errors import ConfigError
 from toolscore.front.callers import PRINCIPAL_SCOPE_KEY, ROLES_SCOPE_KEY
 from toolscore.front.http_input import check_body
@@ -211,15 +210,9 @@ def _authorities(hosts: Sequence[str], port: int, scheme: str) -> list[str]:
 def _read_token_file(raw: str) -> BearerToken:
     path = Path(raw).expanduser()
     try:
-        mode = stat.S_IMODE(path.stat().st_mode)
-        # Like ssh with private keys: a secret others can read (or replace) is not a secret.
-        if os.name == "posix" and mode & 0o077:
-            raise ConfigError(f"the token file {path} is open to group or others (mode {mode:o}): chmod 600 it")
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"cannot read the token file {path} ({exc.strerror})") from None
-    except UnicodeDecodeError:
-        raise ConfigError(f"the token file {path} is not text") from None
+        text = read_secret_text(path, "the token file")
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
     return parse_token_file(text, str(path))
 
 
