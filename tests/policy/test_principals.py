@@ -179,3 +179,14 @@ async def test_search_and_capability_calls_never_offer_a_principal_what_its_rule
         assert not picked.is_error and "fy read x" in text(picked), text(picked)
         denied = await gw.toolhub.call_capability("write", {"text": "x"}, scope=CallScope(ALICE))
         assert denied.is_error and "every tool offering capability 'write' is refused" in text(denied)
+
+
+async def test_call_tool_is_judged_by_the_callers_own_rules() -> None:
+    rules = {"alice": {"tools": {"deny": ["fx__write"]}}}
+    async with running_gateway({"fx": _fake()}, constraints=_constraints(rules)) as (gw, _):
+        assert gw.toolhub is not None
+        call = {"name": "fx__write", "arguments": {"text": "x"}}
+        refused = await gw.toolhub.answer("call_tool", call, scope=CallScope(ALICE))
+        assert refused.is_error and "denied to alice" in text(refused), text(refused)
+        allowed = await gw.toolhub.answer("call_tool", call, scope=CallScope(CARL))
+        assert text(allowed) == "wrote x"
