@@ -1,4 +1,5 @@
-"""The one glob matcher: tool filters, policy rules and path-argument names all match with it; pure."""
+"""The one glob matcher: tool filters, policy rules and path-argument names all match with it, and
+text against literal pieces with anything between (resource templates, approved plan arguments); pure."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import re
 import unicodedata
 from collections.abc import Iterable
 
-__all__ = ["matches"]
+__all__ = ["matches", "pieces_match"]
 
 
 def matches(name: str, patterns: str | Iterable[str], *, fold: bool = False) -> bool:
@@ -38,3 +39,23 @@ def _compiled(patterns: tuple[str, ...], fold: bool) -> re.Pattern[str] | None:
 
 def _folded(name: str) -> str:
     return unicodedata.normalize("NFKC", name).casefold()
+
+
+def pieces_match(value: str, literals: tuple[str, ...] | list[str]) -> bool:
+    """Whether `value` is `literals` with any text between each two (a glob of `*`s, its literal
+    pieces given): the first piece at its start, the last at its end, the others in order between.
+
+    Leftmost matches, each piece looked for once: linear in `value`, never exponential.
+    """
+    if len(literals) == 1:
+        return value == literals[0]
+    head, tail = literals[0], literals[-1]
+    if len(value) < len(head) + len(tail) or not value.startswith(head) or not value.endswith(tail):
+        return False
+    at, end = len(head), len(value) - len(tail)
+    for middle in literals[1:-1]:
+        found = value.find(middle, at, end)
+        if found < 0:
+            return False
+        at = found + len(middle)
+    return True

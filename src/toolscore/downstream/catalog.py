@@ -20,6 +20,7 @@ from urllib.parse import quote, unquote
 
 import mcp_types
 
+from toolscore._glob import pieces_match
 from toolscore._naming import public_name
 from toolscore.config import Config, ServerConfig
 from toolscore.trust.verdict import Kind, Suspect, flagged, screen
@@ -84,21 +85,7 @@ class TemplateRoute:
         linear in the URI, whatever the template. A false positive only sends a URI to a server
         that then says it does not know it.
         """
-        parts = self.literals
-        if parts is None:
-            return False
-        if len(parts) == 1:
-            return uri == parts[0]
-        head, tail = parts[0], parts[-1]
-        if len(uri) < len(head) + len(tail) or not uri.startswith(head) or not uri.endswith(tail):
-            return False
-        position, end = len(head), len(uri) - len(tail)
-        for literal in parts[1:-1]:
-            found = uri.find(literal, position, end)
-            if found < 0:
-                return False
-            position = found + len(literal)
-        return True
+        return self.literals is not None and pieces_match(uri, self.literals)
 
 
 @dataclass(frozen=True, slots=True)

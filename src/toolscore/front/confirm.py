@@ -150,21 +150,41 @@ def confirmer(
     bound = {"tool": params.name, "args": _digest(params.arguments), "caller": caller}
 
     async def ask_modern(question: str) -> bool:
-        answer = (params.input_responses or {}).get(CONFIRM_KEY)
-        if answer is not None or params.request_state is not None:
-            claims = sealer.open(params.request_state or "")
-            if claims is None or any(claims.get(k) != v for k, v in bound.items()):
-                raise Rejected(
-                    "the confirmation does not belong to this call (request state tampered with, expired, or "
-                    "for other arguments)",
-                    hook="destructive",
-                )
-            if answer is not None:
-                return _accepted(answer)
-        state = sealer.seal({**bound, "nonce": secrets.token_hex(8), "exp": time.time() + STATE_TTL_SECONDS})
-        raise InputRequired({CONFIRM_KEY: _question(question)}, state)
+        return _ask_sealed(
+            params,
+            sealer,
+            bound,
+            question,
+            mismatch="the confirmation does not belong to this call (request state tampered with, expired, or "
+            "for other arguments)",
+        )
 
     return ask_modern
+
+
+def _ask_sealed(
+    params: mcp_types.CallToolRequestParams,
+    sealer: Sealer,
+    bound: dict[str, Any],
+    question: str,
+    *,
+    mismatch: str,
+    spent: str | None = None,
+) -> bool:
+    """A 2026-07-28 question: the retried call's answer, taken only if its sealed state binds
+    exactly `bound` (else refused with `mismatch`), and once only where `spent` says why not twice;
+    without one, an input-required result asking it, with a state that binds `bound`."""
+    answer = (params.input_responses or {}).get(CONFIRM_KEY)
+    if answer is not None or params.request_state is not None:
+        claims = sealer.open(params.request_state or "")
+        if claims is None or any(claims.get(k) != v for k, v in bound.items()):
+            raise Rejected(mismatch, hook="destructive")
+        if answer is not None:
+            if spent is not None and not sealer.spend(claims):
+                raise Rejected(spent, hook="destructive")
+            return _accepted(answer)
+    state = sealer.seal({**bound, "nonce": secrets.token_hex(8), "exp": time.time() + STATE_TTL_SECONDS})
+    raise InputRequired({CONFIRM_KEY: _question(question)}, state)
 
 
 def plan_approver(
@@ -188,25 +208,15 @@ def plan_approver(
     bound = {"tool": params.name, "args": _digest(params.arguments), "caller": caller}
 
     async def approve_modern(question: str, binding: str) -> bool:
-        claimed = {**bound, "plan": binding}
-        answer = (params.input_responses or {}).get(CONFIRM_KEY)
-        if answer is not None or params.request_state is not None:
-            claims = sealer.open(params.request_state or "")
-            if claims is None or any(claims.get(k) != v for k, v in claimed.items()):
-                raise Rejected(
-                    "the approval does not belong to this plan (request state tampered with, expired, or for "
-                    "another plan or another check of it); send the plan without it to be asked again",
-                    hook="destructive",
-                )
-            if answer is not None:
-                if not sealer.spend(claims):
-                    raise Rejected(
-                        "this approval was used already: one approval runs a plan once; send the plan "
-                        "without it to be asked again",
-                        hook="destructive",
-                    )
-                return _accepted(answer)
-        state = sealer.seal({**claimed, "nonce": secrets.token_hex(8), "exp": time.time() + STATE_TTL_SECONDS})
-        raise InputRequired({CONFIRM_KEY: _question(question)}, state)
+        return _ask_sealed(
+            params,
+            sealer,
+            {**bound, "plan": binding},
+            question,
+            mismatch="the approval does not belong to this plan (request state tampered with, expired, or for "
+            "another plan or another check of it); send the plan without it to be asked again",
+            spent="this approval was used already: one approval runs a plan once; send the plan without it to be "
+            "asked again",
+        )
 
     return approve_modern

@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from toolscore._glob import pieces_match
 from toolscore._json import JsonPath, format_path, map_strings_at
 from toolscore.errors import RefSyntaxError
 from toolscore.plan.nodes import Block, CheckedCapability, CheckedPlan, CheckedStep
@@ -180,13 +181,4 @@ def _text_fits(parts: tuple[str | Ref, ...], value: str) -> bool:
             literals.append("")
         else:
             literals[-1] += part
-    head, tail = literals[0], literals[-1]
-    if len(value) < len(head) + len(tail) or not value.startswith(head) or not value.endswith(tail):
-        return False
-    at, end = len(head), len(value) - len(tail)
-    for middle in literals[1:-1]:
-        found = value.find(middle, at, end)
-        if found < 0:
-            return False
-        at = found + len(middle)
-    return True
+    return pieces_match(value, literals)
