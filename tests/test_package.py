@@ -25,6 +25,7 @@ PURE = [
     "clients/merge.py",
     "clients/toml_tables.py",
     "downstream/breaker.py",
+    "downstream/caching.py",
     "downstream/catalog.py",
     "downstream/registry.py",
     "loop/contract.py",

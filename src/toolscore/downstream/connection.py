@@ -49,6 +49,7 @@ from toolscore.config import ServerConfig
 from toolscore.downstream import spawn
 from toolscore.downstream.backchannel import Peer, attribute, no_peer_error, unattributable_error
 from toolscore.downstream.breaker import Breaker, BreakerState
+from toolscore.downstream.caching import ListHint, hint_of
 from toolscore.downstream.catalog import ServerLists
 from toolscore.downstream.modern import ModernLink, RelayedError
 from toolscore.downstream.raw import ConnectionLost, RawChannel, RawResult, Sent
@@ -269,6 +270,9 @@ class Downstream:
         """What the server declared at its latest connection (None before the first)."""
         self.lists = ServerLists()
         """Its resources, resource templates and prompts, as last listed."""
+        self.list_hints: dict[str, ListHint] = {}
+        """The caching hints of its lists as last listed (`tools`, `resources`, `resource_templates`,
+        `prompts`; `toolscore.downstream.caching`), where it gave any."""
         self.subscriptions: set[str] = set()
         """Resource URIs (the server's own) subscribed to; renewed on every reconnection."""
         self.log_level: mcp_types.LoggingLevel | None = None
@@ -677,6 +681,10 @@ class Downstream:
             return None
         return f"no answer to ping within {self.config.ping_timeout:g} s"
 
+    def relist(self) -> None:
+        """List the server again soon (a list whose `ttlMs` ran out), in the connection's own task."""
+        self._relist.set()
+
     def restart(self, reason: str) -> None:
         """Drop the connection now (a stdio child is killed at once); the supervisor reconnects."""
         if self._client is None:
@@ -873,6 +881,8 @@ class Downstream:
             # whole before any result type sees it; the dispatcher hands back the raw page.
             raw_page = await send_raw_request(client, "tools/list", {"cursor": cursor} if cursor else None)
             page = _LenientToolsPage.model_validate(raw_page)
+            if cursor is None:
+                self.list_hints["tools"] = hint_of(raw_page, time.monotonic())
             for raw in page.tools:
                 try:
                     tools.append(mcp_types.Tool.model_validate(raw))
@@ -955,7 +965,12 @@ class Downstream:
         try:
             for _ in range(_LIST_PAGES_MAX):
                 params = mcp_types.PaginatedRequestParams(cursor=cursor) if cursor else None
-                page = await client.session.send_request(request_type(params=params), result_type)
+                # Raw, then parsed: the SDK's own parsing per era would drop a hint a server sent anyway.
+                request = request_type(params=params).model_dump(by_alias=True, mode="json", exclude_none=True)
+                raw_page = await send_raw_request(client, request["method"], request.get("params"))
+                page = result_type.model_validate(raw_page)
+                if cursor is None:
+                    self.list_hints[key] = hint_of(raw_page, time.monotonic())
                 found.extend(getattr(page, key))
                 cursor = page.next_cursor
                 if cursor is None:

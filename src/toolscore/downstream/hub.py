@@ -31,6 +31,7 @@ from mcp.server import Server
 from toolscore.config import Config, ServerConfig, state_dir
 from toolscore.downstream.backchannel import Peer
 from toolscore.downstream.breaker import Verdict
+from toolscore.downstream.caching import ListHint, Scope, combined
 from toolscore.downstream.catalog import Catalog, build_catalog
 from toolscore.downstream.connection import Downstream, ServerState, ServerStatus
 from toolscore.downstream.credentials import BearerAuth, Credential, SubjectTokens, credential_for
@@ -232,6 +233,26 @@ class DownstreamHub:
             elif getattr(caps, capability, None) is not None:
                 return True
         return False
+
+    def list_hints(self, kind: str, *, per_caller: bool = False) -> tuple[int, Scope]:
+        """The `ttlMs` and `cacheScope` of the gateway's `kind` list (`tools`, `resources`,
+        `resource_templates`, `prompts`) from every connected server's (`toolscore.downstream.caching`).
+
+        A server whose list's `ttlMs` has run out is listed again (in the background: this answer
+        stays the list held, and a change reaches clients as `list_changed`).
+        """
+        now = time.monotonic()
+        hints: list[ListHint | None] = []
+        for downstream in self.downstreams.values():
+            if downstream.state is not ServerState.UP:
+                continue
+            hint = downstream.list_hints.get(kind)
+            if hint is None and kind != "tools":
+                continue  # the server lists none of these
+            if hint is not None and hint.stale(now):
+                downstream.relist()
+            hints.append(hint)
+        return combined(hints, now, per_caller=per_caller)
 
     def shared(self, server: str) -> Downstream | None:
         """The connection every client shares to `server` (None if not configured)."""

@@ -171,12 +171,18 @@ class CatalogHandlers:
     async def list_resources(
         self, ctx: ServerRequestContext[Any], params: mcp_types.PaginatedRequestParams | None
     ) -> mcp_types.ListResourcesResult:
-        return mcp_types.ListResourcesResult(resources=self._hub.catalog.listed_resources())
+        ttl_ms, scope = self._hub.list_hints("resources")
+        return mcp_types.ListResourcesResult(
+            resources=self._hub.catalog.listed_resources(), ttl_ms=ttl_ms, cache_scope=scope
+        )
 
     async def list_templates(
         self, ctx: ServerRequestContext[Any], params: mcp_types.PaginatedRequestParams | None
     ) -> mcp_types.ListResourceTemplatesResult:
-        return mcp_types.ListResourceTemplatesResult(resource_templates=self._hub.catalog.listed_templates())
+        ttl_ms, scope = self._hub.list_hints("resource_templates")
+        return mcp_types.ListResourceTemplatesResult(
+            resource_templates=self._hub.catalog.listed_templates(), ttl_ms=ttl_ms, cache_scope=scope
+        )
 
     def _kept(self, ctx: ServerRequestContext[Any], uri: str) -> mcp_types.ReadResourceResult:
         """A kept result, whole; "not found" for an unknown, expired or another caller's id alike."""
@@ -312,7 +318,8 @@ class CatalogHandlers:
     async def list_prompts(
         self, ctx: ServerRequestContext[Any], params: mcp_types.PaginatedRequestParams | None
     ) -> mcp_types.ListPromptsResult:
-        return mcp_types.ListPromptsResult(prompts=self._hub.catalog.listed_prompts())
+        ttl_ms, scope = self._hub.list_hints("prompts")
+        return mcp_types.ListPromptsResult(prompts=self._hub.catalog.listed_prompts(), ttl_ms=ttl_ms, cache_scope=scope)
 
     async def get_prompt(
         self, ctx: ServerRequestContext[Any], params: mcp_types.GetPromptRequestParams

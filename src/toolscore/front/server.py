@@ -317,7 +317,12 @@ class ToolHandlers:
         if hidden is not None:  # each principal is shown what it may call
             registry = self._hub.registry
             tools = [t for t in tools if (route := registry.get(t.name)) is None or not hidden(route)]
-        return mcp_types.ListToolsResult(tools=tools)
+        # 2026-07-28: no fresher and no more shareable than every server's list (downstream/caching.py);
+        # private where principals have rules of their own: one's list may differ from another's.
+        constraints = self._hub.config.constraints
+        per_caller = constraints.enabled and bool(constraints.principals)
+        ttl_ms, scope = self._hub.list_hints("tools", per_caller=per_caller)
+        return mcp_types.ListToolsResult(tools=tools, ttl_ms=ttl_ms, cache_scope=scope)
 
     async def call_tool(
         self, ctx: ServerRequestContext[Any], params: mcp_types.CallToolRequestParams
