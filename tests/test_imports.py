@@ -41,7 +41,18 @@ NOT_FOR_PASSTHROUGH = (
     "toolscore.front.console",
     "toolscore.front.events",
     "toolscore.front.routes",
+    "toolscore.front.oauth",
     "toolscore.telemetry.metrics",
+    "jwt",
+    # the SDK's HTTP clients, its in-process transport and its MCPServer framework (`mcp.Client`)
+    "mcp.client.client",
+    "mcp.client.session_group",
+    "mcp.client.streamable_http",
+    "mcp.client.sse",
+    "mcp.client.stdio",
+    "mcp.client._memory",
+    "mcp.shared.memory",
+    "mcp.server.mcpserver",
     # shared state
     "toolscore.state.redis_store",
     "toolscore.state.episodes",
@@ -73,7 +84,9 @@ NOT_FOR_PASSTHROUGH = (
 """Modules a stdio gateway must not have loaded after `tools/list` and one passthrough call.
 
 What stays: the definitions of the gateway's own tools (`plan.tool`, `loop.tool`, `toolhub.hub`
-and the light modules they describe themselves with), which `tools/list` shows.
+and the light modules they describe themselves with), which `tools/list` shows; and what the SDK's
+lowlevel `Server` module imports for its own HTTP app, whoever serves it: starlette, sse-starlette,
+uvicorn (sse-starlette imports it), the SDK's OAuth routes (docs/performance.md#cold-start).
 """
 
 
@@ -104,3 +117,30 @@ async def test_the_server_starts_before_the_sdk_is_imported_and_the_gateway_uses
     assert noted["sdk_at_spawn"] == [False]
     log = (tmp_path / "logs" / "fx.log").read_text()
     assert log.count("--- toolscore: starting 'fx'") == 1
+
+
+_LAZY = """\
+import json, sys
+from toolscore._sdk_packages import lazy_sdk_packages
+made = lazy_sdk_packages()
+from mcp import MCPError
+import mcp.client.session
+from mcp.server import Server
+before = "mcp.client.client" in sys.modules or "mcp.server.mcpserver" in sys.modules
+import mcp
+from mcp import Client
+from mcp.client.client import Client as Defined
+from mcp.shared.exceptions import MCPError as Error
+same = Client is Defined and MCPError is Error and mcp.Client is Client and "Client" in mcp.__all__
+print(json.dumps({"made": made, "before": before, "same": same}))
+"""
+
+
+def test_the_sdk_packages_load_a_name_only_when_it_is_used() -> None:
+    import subprocess
+
+    done = subprocess.run([sys.executable, "-c", _LAZY], capture_output=True, text=True, timeout=120, check=True)
+    noted = json.loads(done.stdout)
+    assert noted["made"] == ["mcp", "mcp.client", "mcp.server"]
+    assert noted["before"] is False  # MCPError, a session and the lowlevel Server: no mcp.Client, no MCPServer
+    assert noted["same"] is True

@@ -6,6 +6,7 @@ path then hands every request to the SDK until it is fixed.
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 import httpx2
@@ -16,6 +17,7 @@ from mcp.server import Server, ServerRequestContext
 from mcp.server.connection import Connection
 
 from toolscore._sdk import connection_of, http_session, send_as_client, send_raw_request, session_closed
+from toolscore._sdk_packages import LAZY_PACKAGES, name_table
 
 pytestmark = pytest.mark.anyio
 
@@ -86,3 +88,16 @@ async def test_a_live_http_session_is_reached_by_its_id() -> None:
             pass
         session.close("7", streams)
         assert session.open("7") is not None
+
+
+@pytest.mark.parametrize("package", LAZY_PACKAGES)
+def test_the_sdk_package_inits_still_only_import_names_and_the_lazy_ones_give_the_same_objects(package: str) -> None:
+    """If this fails, `toolscore serve` loads the whole package again (`toolscore._sdk_packages`)."""
+    found = name_table(package)
+    assert found is not None, f"{package}'s __init__ does more than import names"
+    table, exported = found
+    real = importlib.import_module(package)
+    for name, (module, attribute) in table.items():
+        value = importlib.import_module(module)
+        assert (value if attribute is None else getattr(value, attribute)) is getattr(real, name), name
+    assert exported is not None and set(exported) <= set(table)

@@ -11,11 +11,10 @@ import dataclasses
 import math
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 import mcp_types
-from mcp import Client
 from mcp.client.session import ClientSession
 from mcp.server import ServerRequestContext
 from mcp.server.connection import Connection
@@ -27,10 +26,12 @@ from mcp.shared.message import SessionMessage
 
 if TYPE_CHECKING:
     from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+    from mcp import Client
     from mcp.server.streamable_http import EventMessage, StreamableHTTPServerTransport
     from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
 __all__ = [
+    "HasSession",
     "HttpSession",
     "ReadStream",
     "WriteStream",
@@ -41,6 +42,13 @@ __all__ = [
     "send_session_raw_request",
     "session_closed",
 ]
+
+
+class HasSession(Protocol):
+    """A client connection: `mcp.Client`, or the gateway's own (`downstream.handshake`)."""
+
+    @property
+    def session(self) -> ClientSession: ...
 
 
 def session_closed(session: ClientSession) -> bool:
@@ -62,7 +70,7 @@ def connection_of(session: ServerSession) -> Connection:
     return session._connection  # pyright: ignore[reportPrivateUsage] - no public accessor in mcp 2.3
 
 
-async def send_raw_request(client: Client, method: str, params: Mapping[str, Any] | None) -> dict[str, Any]:
+async def send_raw_request(client: HasSession, method: str, params: Mapping[str, Any] | None) -> dict[str, Any]:
     """Send a request and return the raw result, skipping the SDK's whole-result validation.
 
     `ClientSession.send_request` validates a result against the protocol surface as a whole, so

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from toolscore._malloc import keep_freed_memory
+from toolscore._sdk_packages import lazy_sdk_packages
 from toolscore._version import __version__
 from toolscore.config import TOKEN_ENV, Config, config_candidates, default_config_path, load_config, server_log_dir
 from toolscore.downstream import spawn
@@ -723,6 +724,7 @@ def _command(args: argparse.Namespace) -> int:
             return EXIT_CONFIG
         # The servers start now and import their SDK while this process imports the gateway.
         spawn.start_early(config.enabled_servers, server_log_dir(config))
+        lazy_sdk_packages()  # before the SDK's first import: only what this gateway uses is loaded
         keep_freed_memory()
         _configure_logging(args)
         import anyio

@@ -1,7 +1,7 @@
 """One supervised MCP client connection per downstream server: stdio, streamable HTTP or SSE.
 
 Theory of operation. `Downstream.run()` is a supervisor loop owned by the hub's task group. Each
-round opens a transport and a `Client(mode="legacy")` (the handshake era keeps `list_changed`
+round opens a transport and a handshake-era client (`handshake`; the era keeps `list_changed`
 pushes), lists every page of tools and marks the server up. The transport's read stream is
 wrapped so that its end (a dead child, a closed socket) sets the `lost` event; the SDK has no
 "disconnected" callback of its own. On loss the server is marked down, every call in flight gets
@@ -30,13 +30,14 @@ import anyio.abc
 import httpx2
 import mcp_types
 import structlog
-from mcp import Client, MCPError
+from mcp import MCPError
 from mcp.client.session import ClientSession, IncomingMessage
 from mcp.shared.message import SessionMessage
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel, Field, ValidationError
 
 from toolscore._sdk import (
+    HasSession,
     ReadStream,
     WriteStream,
     send_as_client,
@@ -51,6 +52,7 @@ from toolscore.downstream.backchannel import Peer, attribute, no_peer_error, una
 from toolscore.downstream.breaker import Breaker, BreakerState
 from toolscore.downstream.caching import ListHint, hint_of
 from toolscore.downstream.catalog import ServerLists
+from toolscore.downstream.handshake import HandshakeClient
 from toolscore.downstream.modern import ModernLink, RelayedError
 from toolscore.downstream.raw import ConnectionLost, RawChannel, RawResult, Sent
 from toolscore.downstream.transports import Transport
@@ -110,7 +112,7 @@ class _LenientToolsPage(BaseModel):
     next_cursor: str | None = Field(default=None, alias="nextCursor")
 
 
-def _connection_lost(exc: MCPError, client: Client | None, lost: anyio.Event | None) -> bool:
+def _connection_lost(exc: MCPError, client: HasSession | None, lost: anyio.Event | None) -> bool:
     """Whether `exc` says the connection ended rather than that the server answered with an error.
 
     The SDK reports a closed connection as -32000 (CONNECTION_CLOSED), a code servers also send as
@@ -258,7 +260,7 @@ class Downstream:
         """The wait before the latest reconnection attempt (None before the first)."""
         self.first_attempt = anyio.Event()
         self._up_since: float | None = None
-        self._client: Client | None = None
+        self._client: HandshakeClient | None = None
         self._lost = anyio.Event()
         self._relist = anyio.Event()
         self.announced: dict[str, int] = {}
@@ -763,10 +765,8 @@ class Downstream:
         try:
             async with AsyncExitStack() as stack:
                 client = await stack.enter_async_context(
-                    Client(
+                    HandshakeClient(
                         _watched(self.transport.connect(), lost),
-                        mode="legacy",
-                        cache=None,
                         client_info=_CLIENT_INFO,
                         message_handler=self._on_message,
                         # Setting these is what declares sampling and elicitation to the server.
@@ -815,7 +815,7 @@ class Downstream:
                 with anyio.CancelScope(shield=True):
                     await self._on_tools_changed()
 
-    async def _serve(self, client: Client, lost: anyio.Event) -> None:
+    async def _serve(self, client: HandshakeClient, lost: anyio.Event) -> None:
         """Keep the connection until it is lost, re-listing tools when the server says so."""
         async with anyio.create_task_group() as tg:
 
@@ -867,7 +867,7 @@ class Downstream:
         elif isinstance(message, Exception):
             log.debug("transport error", server=self.name, error=_describe(message))
 
-    async def _list_tools(self, client: Client) -> tuple[mcp_types.Tool, ...]:
+    async def _list_tools(self, client: HandshakeClient) -> tuple[mcp_types.Tool, ...]:
         """Every page of tools; a tool that does not parse is skipped, not the whole list.
 
         `Client.list_tools` validates the page as a whole, so one tool with, say, a non-object
@@ -937,7 +937,7 @@ class Downstream:
 
     # -- resources, templates and prompts ------------------------------------------------------
 
-    async def _list_others(self, client: Client) -> ServerLists:
+    async def _list_others(self, client: HandshakeClient) -> ServerLists:
         """Every page of resources, templates and prompts the server declared; a failing list is empty."""
         caps = client.server_capabilities
         resources: list[mcp_types.Resource] = []
@@ -959,7 +959,7 @@ class Downstream:
             tuple(resources), tuple(templates), tuple(prompts), serves_resources=caps.resources is not None
         )
 
-    async def _pages(self, client: Client, key: str, request_type: Any, result_type: Any) -> list[Any]:
+    async def _pages(self, client: HandshakeClient, key: str, request_type: Any, result_type: Any) -> list[Any]:
         found: list[Any] = []
         cursor: str | None = None
         try:
@@ -979,7 +979,7 @@ class Downstream:
             log.warning("listing failed", server=self.label, what=key, error=_describe(exc))
         return found
 
-    async def _renew(self, client: Client) -> None:
+    async def _renew(self, client: HandshakeClient) -> None:
         """After a (re)connection: the log level and subscriptions asked of the previous one."""
         try:
             if self.log_level is not None and client.server_capabilities.logging is not None:

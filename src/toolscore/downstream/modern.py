@@ -28,19 +28,21 @@ from __future__ import annotations
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import mcp_types
 import structlog
 from anyio.abc import TaskGroup
-from mcp import Client
 from mcp.client.session import LoggingFnT
 from mcp.shared.message import SessionMessage
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from toolscore._sdk import ReadStream, WriteStream
 from toolscore.errors import DownstreamProtocolError
+
+if TYPE_CHECKING:
+    from mcp import Client
 
 __all__ = ["FrontCall", "ModernLink", "RelayedError"]
 
@@ -163,6 +165,8 @@ class ModernLink:
             log.info("listening on the 2026-07-28 connection ended", server=self._server, error=str(exc))
 
     async def _run(self, opened: anyio.Event) -> None:
+        from mcp import Client  # its module imports the SDK's HTTP and in-process stacks: on first need
+
         lost = anyio.Event()
         try:
             async with Client(self._connect(lost), mode="auto", cache=None, logging_callback=self._on_log) as client:

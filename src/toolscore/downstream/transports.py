@@ -14,15 +14,10 @@ import signal
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
-from typing import IO, Any, Protocol
+from typing import IO, TYPE_CHECKING, Any, Protocol
 
 import anyio
-import httpx2
 import structlog
-from mcp.client.sse import sse_client
-from mcp.client.streamable_http import streamable_http_client
-from mcp.server import Server
-from mcp.shared.memory import create_client_server_memory_streams
 from mcp.shared.message import SessionMessage
 
 from toolscore._redact import redact_text
@@ -31,6 +26,11 @@ from toolscore.config import ServerConfig
 from toolscore.downstream.child import ChildProcess, spawn_stdio
 from toolscore.downstream.raw import RawChannel
 from toolscore.downstream.spawn import open_errlog, take_errlog
+
+if TYPE_CHECKING:
+    # Imported where a connection of their kind opens: a gateway of stdio servers loads no HTTP client.
+    import httpx2
+    from mcp.server import Server
 
 log = structlog.get_logger("toolscore.downstream")
 
@@ -165,6 +165,9 @@ class HttpTransport:
 
     @asynccontextmanager
     async def connect(self) -> AsyncIterator[Streams]:
+        import httpx2
+        from mcp.client.streamable_http import streamable_http_client
+
         http = httpx2.AsyncClient(headers=self._headers, auth=self._auth, timeout=httpx2.Timeout(30.0, read=300.0))
         async with http, streamable_http_client(self._url, http_client=http) as streams:
             yield streams[0], streams[1]
@@ -193,6 +196,8 @@ class SseTransport:
         self._auth = auth
 
     def connect(self) -> AbstractAsyncContextManager[Streams]:
+        from mcp.client.sse import sse_client
+
         return sse_client(self._url, headers=self._headers or None, auth=self._auth)
 
     def kill(self) -> None:
@@ -223,6 +228,8 @@ class MemoryTransport:
 
     @asynccontextmanager
     async def connect(self) -> AsyncIterator[Streams]:
+        from mcp.shared.memory import create_client_server_memory_streams
+
         server = self._server
         async with create_client_server_memory_streams() as (client, (read, write)), anyio.create_task_group() as tg:
             scope = self._scope = anyio.CancelScope()
