@@ -26,6 +26,7 @@ PURE = [
     "clients/toml_tables.py",
     "downstream/breaker.py",
     "downstream/caching.py",
+    "downstream/skills.py",
     "downstream/catalog.py",
     "downstream/registry.py",
     "loop/contract.py",

@@ -2,7 +2,10 @@
 
 Resource URIs are namespaced reversibly: a server with a prefix (the default) exposes each of its
 URIs as `toolscore://<server>/<original URI>` (the server name percent-encoded, so it holds no
-`/`), and one with `"prefix": ""` keeps its URIs as they are. Templates get the same treatment,
+`/`), and one with `"prefix": ""` keeps its URIs as they are. A skill's files (SEP-2640,
+`skill://<skill-path>/<file>`) stay `skill://` URIs: the server name becomes the first segment of
+the skill path (`skill://<server>/<skill-path>/<file>`), so a skill's name, its path's last
+segment, is the server's. Templates get the same treatment,
 so a URI expanded from an exposed template routes back to its owner. Prompts are named like tools
 (`<prefix><separator><name>`). On a clash (two unprefixed servers listing one URI, two prompts
 with one public name), the first server in config order keeps it and the clash is reported.
@@ -30,6 +33,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "SCHEME",
+    "SKILL_SCHEME",
     "Catalog",
     "PromptRoute",
     "ResourceRoute",
@@ -40,6 +44,8 @@ __all__ = [
 ]
 
 SCHEME = "toolscore://"
+SKILL_SCHEME = "skill://"
+"""The skills extension's URIs (SEP-2640), namespaced within the scheme."""
 _MAX_TEMPLATE_CHARS = 2048
 _EXPRESSION = re.compile(r"\{([+#./;?&]?)([^{}]*)\}")  # linear: no nested repetition
 
@@ -99,7 +105,10 @@ class PromptRoute:
 
 
 def namespaced_uri(server: str, uri: str) -> str:
-    """`toolscore://<server>/<uri>`, the server name percent-encoded."""
+    """`toolscore://<server>/<uri>`, the server name percent-encoded; `skill://<server>/<path>` for
+    a skill's `skill://<path>`."""
+    if uri.startswith(SKILL_SCHEME):
+        return f"{SKILL_SCHEME}{quote(server, safe='')}/{uri[len(SKILL_SCHEME) :]}"
     return f"{SCHEME}{quote(server, safe='')}/{uri}"
 
 
@@ -156,6 +165,10 @@ class Catalog:
             if slash and server in self.namespaced:
                 return server, original
             return None
+        if uri.startswith(SKILL_SCHEME):  # `skill://<server>/<path>`; else an unprefixed server's own
+            server, slash, path = uri[len(SKILL_SCHEME) :].partition("/")
+            if slash and path and unquote(server) in self.namespaced:
+                return unquote(server), SKILL_SCHEME + path
         if (route := self.resources.get(uri)) is not None and route.server in self.plain:
             return route.server, uri
         for template in self.templates.values():

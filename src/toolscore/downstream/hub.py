@@ -37,6 +37,7 @@ from toolscore.downstream.connection import Downstream, ServerState, ServerStatu
 from toolscore.downstream.credentials import BearerAuth, Credential, SubjectTokens, credential_for
 from toolscore.downstream.raw import RawResult
 from toolscore.downstream.registry import Registry, Route, build_registry
+from toolscore.downstream.skills import SKILLS_EXTENSION
 from toolscore.downstream.tasks import call_as_task, runs_as_task
 from toolscore.downstream.transports import MemoryTransport, Transport, transport_for
 from toolscore.errors import ConfigError, DownstreamUnavailable, Rejected, UsageError
@@ -222,13 +223,16 @@ class DownstreamHub:
 
     def capable(self, capability: str) -> bool:
         """Whether some connected server declared `capability` (`resources`, `prompts`, `completions`,
-        `logging`, or `subscribe` for resource subscriptions)."""
+        `logging`, `subscribe` for resource subscriptions, or `skills` for the skills extension)."""
         for downstream in self.downstreams.values():
             caps = downstream.capabilities
             if caps is None or downstream.state is not ServerState.UP:  # an open breaker keeps them declared
                 continue
             if capability == "subscribe":
                 if caps.resources is not None and caps.resources.subscribe:
+                    return True
+            elif capability == "skills":
+                if SKILLS_EXTENSION in (caps.extensions or {}):
                     return True
             elif getattr(caps, capability, None) is not None:
                 return True

@@ -15,7 +15,7 @@ when its server restarts. `resources/updated` goes to the connections subscribed
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import mcp_types
@@ -35,7 +35,7 @@ from toolscore.downstream.registry import Route
 from toolscore.errors import DownstreamProtocolError, DownstreamUnavailable, Rejected, ToolscoreError
 from toolscore.front.callers import Callers
 from toolscore.front.relaying import front_call_of
-from toolscore.scope import NO_CLIENT
+from toolscore.scope import NO_CLIENT, CallScope
 from toolscore.spill import RESULTS_PREFIX, ResultStore, owner_of_caller
 
 __all__ = ["READ_TOOL", "CatalogHandlers", "PeerFor"]
@@ -48,6 +48,8 @@ _READ_SCHEMA: dict[str, Any] = {"type": "object", "properties": {"uri": {"type":
 _READ_VALIDATOR = validator_for(_READ_SCHEMA)(_READ_SCHEMA)
 
 PeerFor = Callable[[ServerRequestContext[Any]], Peer]
+ReadCheck = Callable[[str, str, mcp_types.ReadResourceResult, str, CallScope], Awaitable[None]]
+"""Checks a read of (server, its own URI) before it is passed on; raises to refuse it (`front/skills.py`)."""
 MAX_SUBSCRIPTIONS = 1024
 """Resource subscriptions one client connection may hold: each is a downstream request and state."""
 
@@ -130,6 +132,7 @@ class CatalogHandlers:
         peer_for: PeerFor,
         *,
         results: ResultStore | None = None,
+        check_read: ReadCheck | None = None,
     ) -> None:
         """Args:
         hub: The downstreams, their catalog, and the requests sent to them.
@@ -139,7 +142,9 @@ class CatalogHandlers:
         bus: The 2026-07-28 listeners' subscription bus.
         peer_for: The client of a request, for its server's requests and logs.
         results: The results kept by reference (`toolscore://results/<id>`), read here by their owner.
+        check_read: What a read must pass before it is passed on (a skill file: the digest listed).
         """
+        self._check_read = check_read
         self._results = results
         self._hub = hub
         self._engine = engine
@@ -216,6 +221,8 @@ class CatalogHandlers:
                     )
                 except MCPError as exc:
                     raise DownstreamProtocolError.answered(name, what, exc.error) from None
+                if self._check_read is not None:
+                    await self._check_read(name, original, result, what, scope)
                 blocks: list[mcp_types.ContentBlock] = []
                 for contents in result.contents:
                     public = hub.catalog.public_uri(name, str(contents.uri))

@@ -27,6 +27,7 @@ from toolscore._version import __version__
 from toolscore.downstream.backchannel import on_behalf_of
 from toolscore.downstream.hub import DownstreamHub
 from toolscore.downstream.registry import Route
+from toolscore.downstream.skills import SKILLS_EXTENSION
 from toolscore.errors import DownstreamProtocolError, InputRequired, Rejected
 from toolscore.front.callers import Callers
 from toolscore.front.catalog import CatalogHandlers
@@ -37,6 +38,7 @@ from toolscore.front.forward import FrontPeer, FrontPeers, LoggingHandlers, LogL
 from toolscore.front.lanes import Lanes
 from toolscore.front.plan_tasks import PlanTasks
 from toolscore.front.relaying import front_call_of
+from toolscore.front.skills import SkillHandlers
 from toolscore.front.tasks import TaskHandlers, tasks_capability
 from toolscore.loop.tool import DELEGATE, Delegator
 from toolscore.plan.tool import ORCHESTRATE, Orchestrator
@@ -122,6 +124,8 @@ class FrontServer(Server[Any]):
         }
         if caps.resources is not None and "resources" not in update and not has("subscribe"):
             update["resources"] = caps.resources.model_copy(update={"subscribe": False})
+        if has("skills"):  # the skills extension (SEP-2640) of some server, carried (front/skills.py)
+            update["extensions"] = {**(caps.extensions or {}), SKILLS_EXTENSION: {}}
         # Relayed to the servers that run them, or the gateway's own plans (toolscore.front.tasks).
         if has("tasks") or self.plan_tasks.offered:
             update["tasks"] = tasks_capability()
@@ -558,7 +562,11 @@ def build_server(
     server = FrontServer(tools, available=hub.capable, plan_tasks=tasks.plans)
     tools.register(server)
     LoggingHandlers(hub, peers.levels).register(server)
-    CatalogHandlers(hub, engine, callers, sessions, bus, peers.peer, results=results).register(server)
+    skills = SkillHandlers(hub, callers, peers.peer)
+    skills.register(server)
+    CatalogHandlers(
+        hub, engine, callers, sessions, bus, peers.peer, results=results, check_read=skills.verify
+    ).register(server)
     tasks.register(server)
     RootsHandlers(hub, callers.identify, peers.peer).register(server)
     return server
