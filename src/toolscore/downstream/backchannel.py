@@ -10,13 +10,17 @@ from two or more clients in flight on a shared instance the request cannot be at
 refused with an error that says so, and a log message stays in the gateway's own log. It is never
 guessed: a guess would show one client's data to another, or take one client's answer (an
 approval, a model's text) as another's.
+
+A 2026-07-28 client has no back-channel: on a connection in the handshake era, its call's peer is
+`Peer.by_input`, which asks through the input-required rounds of an `InputChannel`
+(`toolscore.downstream.bridge`) under the same rules (capabilities declared, the `sampling` option).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import mcp_types
 
@@ -25,7 +29,27 @@ from toolscore.scope import CallScope
 if TYPE_CHECKING:
     from toolscore.downstream.modern import FrontCall
 
-__all__ = ["Peer", "attribute", "no_peer_error", "on_behalf_of", "unattributable_error"]
+__all__ = ["InputChannel", "Peer", "attribute", "no_peer_error", "on_behalf_of", "unattributable_error"]
+
+_AnswerT = TypeVar("_AnswerT")
+
+
+class InputChannel(Protocol):
+    """How a server's request reaches a client without a back-channel: as one of the input
+    requests of an input-required result, answered by the client's retry (`toolscore.downstream.bridge`)."""
+
+    async def ask(self, request: Any, result_type: type[_AnswerT]) -> _AnswerT | mcp_types.ErrorData:
+        """`request` (sampling, elicitation or roots) to the client; its answer, or an `ErrorData`."""
+        ...
+
+    async def log(self, server: str, params: mcp_types.LoggingMessageNotificationParams) -> None:
+        """A log message of the server's, to the client request waiting now, if any."""
+        ...
+
+    @property
+    def parked(self) -> bool:
+        """Whether the call waits on the client: its round went out, every question of it unanswered."""
+        ...
 
 
 class Peer(Protocol):
@@ -34,6 +58,12 @@ class Peer(Protocol):
     client: object
     """Who the client is: the peers of one client's requests hold equal values (a reference to its
     channel or session); a stateless request is a client of its own."""
+
+    @property
+    def parked(self) -> bool:
+        """Whether this peer's call is parked on the client (`InputChannel.parked`): the server's
+        requests wait for the client's next retry, so a new one comes from another call."""
+        ...
 
     async def sample(
         self, server: str, params: mcp_types.CreateMessageRequestParams
@@ -57,6 +87,11 @@ class Peer(Protocol):
 
     def detach(self) -> None:
         """The front request is over: answer later requests with an error and let go of the client."""
+        ...
+
+    def by_input(self, channel: InputChannel) -> Peer:
+        """This client as a peer that asks through `channel` rather than a back-channel (a 2026-07-28
+        client's call on a handshake-era connection), under the same rules; it outlives this request."""
         ...
 
 
@@ -85,9 +120,14 @@ def attribute(peers: Sequence[Peer]) -> Peer | None:
 
     The newest, when every one of them speaks for the same client; None when there is none, or
     when they speak for several clients (`unattributable_error`: which one caused it is unknown).
+    A parked call (`Peer.parked`) is left out while some call is not: its server is waiting for
+    that call's client, whose answers have not come back yet.
     """
     if not peers:
         return None
+    running = [peer for peer in peers if not peer.parked]
+    if running and len(running) < len(peers):
+        peers = running
     newest = peers[-1]
     client = newest.client
     for peer in peers:

@@ -50,6 +50,7 @@ from toolscore.config import ServerConfig
 from toolscore.downstream import spawn
 from toolscore.downstream.backchannel import Peer, attribute, no_peer_error, unattributable_error
 from toolscore.downstream.breaker import Breaker, BreakerState
+from toolscore.downstream.bridge import ANSWER_SECONDS, Bridge
 from toolscore.downstream.caching import ListHint, hint_of
 from toolscore.downstream.catalog import ServerLists
 from toolscore.downstream.handshake import HandshakeClient
@@ -281,6 +282,8 @@ class Downstream:
         """The level last asked of the server with `logging/setLevel`; renewed on reconnection."""
         self.on_resource_updated: ResourceUpdatedFn | None = None
         self._peers: list[Peer] = []
+        self.bridge = Bridge(self.label, answer_seconds=config.timeout or ANSWER_SECONDS)
+        """The 2026-07-28 clients' calls on the handshake-era connection (`toolscore.downstream.bridge`)."""
         self._modern: ModernLink | None = None
         """The 2026-07-28 connection for 2026-07-28 clients (`toolscore.downstream.modern`), per connection."""
         self._task_group: anyio.abc.TaskGroup | None = None
@@ -409,6 +412,19 @@ class Downstream:
         raw = await self._relay("tools/call", {"name": tool, "arguments": arguments}, what, scope, progress)
         if raw is not None:
             return self._without_stamp(self._parse(raw, mcp_types.CallToolResult, what))
+        task_group = self._task_group
+        if scope.front is not None and task_group is not None:
+            # A 2026-07-28 client on the handshake-era connection: what the server asks it by
+            # back-channel becomes input-required rounds (`toolscore.downstream.bridge`).
+            return await self.bridge.run(
+                task_group, tool, arguments, what, scope, progress, partial(self._main_call, tool, arguments)
+            )
+        return await self._main_call(tool, arguments, scope, progress)
+
+    async def _main_call(
+        self, tool: str, arguments: Arguments, scope: CallScope, progress: ProgressFn | None
+    ) -> mcp_types.CallToolResult:
+        """`tools/call` on the main connection, its result as the SDK's model."""
         async with self._call_exchange(tool, scope) as session:
             channel = self._raw_channel()  # the connection's, once `_call_exchange` has one
             if channel is not None:  # stdio: the gateway's own request line, one decoding of the answer
@@ -637,6 +653,24 @@ class Downstream:
                     return self._parse(raw, result_type, what)
                 except InputRequired as asked:
                     return asked.answer()
+            task_group = self._task_group
+            if scope.front is not None and task_group is not None:  # as `call` does
+
+                async def main(inner: CallScope, progress: ProgressFn | None) -> Any:
+                    return await self._main_request(request, result_type, what, inner, gated)
+
+                try:
+                    name = f"{request.method} {request.params.name}"
+                    return await self.bridge.run(task_group, name, request.params.arguments, what, scope, None, main)
+                except RelayedError as exc:
+                    raise MCPError.from_error_data(exc.error) from None
+                except InputRequired as asked:
+                    return asked.answer()
+        return await self._main_request(request, result_type, what, scope, gated)
+
+    async def _main_request(
+        self, request: Any, result_type: type[Any], what: str, scope: CallScope, gated: bool
+    ) -> Any:
         async with self._exchange(what, scope, gated=gated) as session:
             return await session.send_request(request, result_type)
 

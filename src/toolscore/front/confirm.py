@@ -14,10 +14,6 @@ digest of what was shown; an answered plan state is spent, so it approves one ru
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import hmac
-import json
 import secrets
 import time
 from typing import TYPE_CHECKING, Any
@@ -29,6 +25,8 @@ from mcp.shared.message import ServerMessageMetadata
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from toolscore._engine import ConfirmFn
+from toolscore._seal import Sealer
+from toolscore._seal import digest as _digest
 from toolscore.errors import InputRequired, Rejected
 
 if TYPE_CHECKING:  # the plan modules load with the first plan
@@ -39,71 +37,12 @@ __all__ = ["CONFIRM_KEY", "Sealer", "confirmer", "plan_approver"]
 CONFIRM_KEY = "toolscore_confirm"
 """The key of the gateway's question in `inputRequests` / `inputResponses`."""
 STATE_TTL_SECONDS = 600.0
-_MAX_STATE_CHARS = 4096
-_MAX_SPENT = 10_000
-"""Spent plan approvals remembered until they expire; past this, the oldest are dropped early
-(they still expire within `STATE_TTL_SECONDS`)."""
 _ELICITATION = mcp_types.ClientCapabilities(elicitation=mcp_types.ElicitationCapability())
 _CONFIRM_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {"confirm": {"type": "boolean", "title": "Allow this call"}},
     "required": ["confirm"],
 }
-
-
-def _b64(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).decode().rstrip("=")
-
-
-class Sealer:
-    """Signs and checks request states with a per-process random key."""
-
-    def __init__(self, key: bytes | None = None) -> None:
-        self._key = key or secrets.token_bytes(32)
-        self._spent: dict[str, float] = {}
-
-    def spend(self, claims: dict[str, Any]) -> bool:
-        """Mark an opened state used; False if it was used before (a replay)."""
-        now = time.time()
-        for nonce in [n for n, exp in self._spent.items() if exp < now]:
-            del self._spent[nonce]
-        nonce = str(claims.get("nonce"))
-        if nonce in self._spent:
-            return False
-        while len(self._spent) >= _MAX_SPENT:
-            del self._spent[next(iter(self._spent))]
-        self._spent[nonce] = float(claims["exp"])
-        return True
-
-    def seal(self, claims: dict[str, Any]) -> str:
-        """`claims` as `<payload>.<signature>`, both base64url."""
-        payload = _b64(json.dumps(claims, sort_keys=True, separators=(",", ":")).encode())
-        return f"{payload}.{_b64(hmac.new(self._key, payload.encode(), hashlib.sha256).digest())}"
-
-    def open(self, state: str) -> dict[str, Any] | None:
-        """The claims of a state this sealer signed and that has not expired, else None."""
-        if len(state) > _MAX_STATE_CHARS or state.count(".") != 1:
-            return None
-        payload, signature = state.split(".")
-        expected = _b64(hmac.new(self._key, payload.encode(), hashlib.sha256).digest())
-        if not hmac.compare_digest(signature, expected):
-            return None
-        try:
-            claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
-        except ValueError:  # pragma: no cover - signed by us, so well-formed
-            return None
-        if (
-            not isinstance(claims, dict)
-            or not isinstance(claims.get("exp"), int | float)
-            or claims["exp"] < time.time()
-        ):
-            return None
-        return claims
-
-
-def _digest(arguments: dict[str, Any] | None) -> str:
-    text = json.dumps(arguments or {}, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
-    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def _question(text: str) -> mcp_types.ElicitRequest:

@@ -27,12 +27,12 @@ from mcp.shared.message import ServerMessageMetadata
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from toolscore._sdk import connection_of
-from toolscore.downstream.backchannel import Peer, no_peer_error
+from toolscore.downstream.backchannel import InputChannel, Peer, no_peer_error
 from toolscore.downstream.connection import ServerState
 from toolscore.downstream.hub import DownstreamHub
 from toolscore.scope import NO_CLIENT
 
-__all__ = ["FrontPeer", "FrontPeers", "LogLevels", "LoggingHandlers", "RootsHandlers"]
+__all__ = ["FrontPeer", "FrontPeers", "InputPeer", "LogLevels", "LoggingHandlers", "RootsHandlers"]
 
 log = structlog.get_logger("toolscore.forward")
 
@@ -126,14 +126,40 @@ class FrontPeer(Peer):
         """
         self._ctx = None
 
+    @property
+    def parked(self) -> bool:
+        """Never: a back-channel request is answered within the client's request."""
+        return False
+
+    def by_input(self, channel: InputChannel) -> Peer:
+        """This client, asked through `channel`'s input-required rounds (`InputPeer`)."""
+        ctx = self._ctx
+        declared = ctx.session.client_capabilities if ctx is not None else None
+        return InputPeer(self, channel, declared or mcp_types.ClientCapabilities())
+
     def _refusal(self, server: str, what: str, capability: str) -> mcp_types.ErrorData:
+        required = mcp_types.ClientCapabilities.model_validate({capability: {}})
+        data = mcp_types.MissingRequiredClientCapabilityErrorData(required_capabilities=required)
         return mcp_types.ErrorData(
             code=mcp_types.MISSING_REQUIRED_CLIENT_CAPABILITY,
             message=f"the client using server '{server}' through toolscore cannot answer {what}: it did not "
             f"declare the '{capability}' capability",
+            data=data.model_dump(by_alias=True, mode="json", exclude_none=True),
         )
 
-    async def _ask(self, ctx: ServerRequestContext[Any], request: Any, result_type: type[Any]) -> Any:
+    def _live(self) -> bool:
+        """Whether the client can still be asked (its request is on)."""
+        return self._ctx is not None
+
+    def _declares(self, capability: mcp_types.ClientCapabilities) -> bool:
+        ctx = self._ctx
+        return ctx is not None and ctx.session.check_client_capability(capability)
+
+    async def _ask(self, server: str, request: Any, result_type: type[Any]) -> Any:
+        """`request` to the client, tied to its request; its answer or the error it got."""
+        ctx = self._ctx
+        if ctx is None:
+            return no_peer_error(server, request.method)
         try:
             return await ctx.session.send_request(
                 request, result_type, metadata=ServerMessageMetadata(related_request_id=ctx.request_id)
@@ -145,8 +171,7 @@ class FrontPeer(Peer):
         self, server: str, params: mcp_types.CreateMessageRequestParams
     ) -> mcp_types.CreateMessageResult | mcp_types.CreateMessageResultWithTools | mcp_types.ErrorData:
         """Forward a sampling request to the client, if it declared sampling."""
-        ctx = self._ctx
-        if ctx is None:
+        if not self._live():
             return no_peer_error(server, "a sampling request")
         policy = self._sampling(server) if self._sampling is not None else "allow"
         if policy == "deny":
@@ -154,30 +179,28 @@ class FrontPeer(Peer):
                 code=mcp_types.INVALID_REQUEST,
                 message=f"sampling by server '{server}' is denied by the gateway's configuration",
             )
-        if not ctx.session.check_client_capability(_SAMPLING):
+        if not self._declares(_SAMPLING):
             return self._refusal(server, "a sampling request", "sampling")
-        if policy == "confirm" and not await self._confirmed(ctx, server, params):
+        if policy == "confirm" and not await self._confirmed(server, params):
             return mcp_types.ErrorData(
                 code=mcp_types.INVALID_REQUEST,
                 message=f"the user did not allow the sampling request of server '{server}'",
             )
         result_type = mcp_types.CreateMessageResultWithTools if params.tools else mcp_types.CreateMessageResult
         answer: mcp_types.CreateMessageResult | mcp_types.CreateMessageResultWithTools | mcp_types.ErrorData
-        answer = await self._ask(ctx, mcp_types.CreateMessageRequest(params=params), result_type)
+        answer = await self._ask(server, mcp_types.CreateMessageRequest(params=params), result_type)
         return answer
 
-    async def _confirmed(
-        self, ctx: ServerRequestContext[Any], server: str, params: mcp_types.CreateMessageRequestParams
-    ) -> bool:
+    async def _confirmed(self, server: str, params: mcp_types.CreateMessageRequestParams) -> bool:
         """Whether the user lets `server` use their model for this request (no, if it cannot be asked)."""
-        if not ctx.session.check_client_capability(_ELICITATION):
+        if not self._declares(_ELICITATION):
             return False
         question = mcp_types.ElicitRequestFormParams(
             message=f"Server '{server}' asks to use your model (up to {params.max_tokens} tokens) with: "
             f"{_preview(params)}",
             requested_schema=_CONFIRM_SCHEMA,
         )
-        answer = await self._ask(ctx, mcp_types.ElicitRequest(params=question), mcp_types.ElicitResult)
+        answer = await self._ask(server, mcp_types.ElicitRequest(params=question), mcp_types.ElicitResult)
         return (
             isinstance(answer, mcp_types.ElicitResult)
             and answer.action == "accept"
@@ -202,12 +225,11 @@ class FrontPeer(Peer):
 
     async def _forward(self, server: str, what: str, capability: str, request: Any, result_type: type[Any]) -> Any:
         """`request` to the client of this request, if it is still on and declared `capability`."""
-        ctx = self._ctx
-        if ctx is None:
+        if not self._live():
             return no_peer_error(server, what)
-        if not ctx.session.check_client_capability(_DECLARED[capability]):
+        if not self._declares(_DECLARED[capability]):
             return self._refusal(server, what, capability)
-        return await self._ask(ctx, request, result_type)
+        return await self._ask(server, request, result_type)
 
     async def log(self, server: str, params: mcp_types.LoggingMessageNotificationParams) -> None:
         """Forward a log message, tagged with its server, if the client's level lets it through."""
@@ -222,6 +244,59 @@ class FrontPeer(Peer):
             await ctx.session.send_notification(notification, related_request_id=ctx.request_id)
         except Exception as exc:  # a client gone or without a back-channel: the log is not worth an error
             log.debug("log message not delivered", server=server, error=str(exc))
+
+
+class InputPeer(FrontPeer):
+    """A 2026-07-28 client asked through input-required rounds, for a call of its on a handshake-era
+    connection (`toolscore.downstream.bridge`): the same rules as by back-channel (the capabilities
+    it declared, the server's `sampling` option, the confirmation that asks first), each question
+    one of a round's input requests. It lasts as long as the call, over several of the client's
+    requests, and holds none of them."""
+
+    def __init__(self, of: FrontPeer, channel: InputChannel, declared: mcp_types.ClientCapabilities) -> None:
+        """Args:
+        of: The peer of the request that started the call (its client and rules).
+        channel: The call's rounds (`toolscore.downstream.bridge.Exchange`).
+        declared: The client's capabilities, as that request declared them.
+        """
+        self._ctx = None
+        self._levels = of._levels
+        self._sampling = of._sampling
+        self.client = of.client
+        self._channel = channel
+        self._declared = declared
+        self._open = True
+
+    def detach(self) -> None:
+        """The call is over: later requests of the server's get an error."""
+        self._open = False
+
+    def by_input(self, channel: InputChannel) -> Peer:
+        return InputPeer(self, channel, self._declared)
+
+    @property
+    def parked(self) -> bool:
+        return self._channel.parked
+
+    def _live(self) -> bool:
+        return self._open
+
+    def _declares(self, capability: mcp_types.ClientCapabilities) -> bool:
+        declared = self._declared
+        return all(
+            getattr(declared, name) is not None
+            for name in ("sampling", "elicitation", "roots")
+            if getattr(capability, name) is not None
+        )
+
+    async def _ask(self, server: str, request: Any, result_type: type[Any]) -> Any:
+        if not self._open:
+            return no_peer_error(server, request.method)
+        return await self._channel.ask(request, result_type)
+
+    async def log(self, server: str, params: mcp_types.LoggingMessageNotificationParams) -> None:
+        """To the client's request waiting now, if any (`InputChannel.log`)."""
+        await self._channel.log(server, params)
 
 
 class FrontPeers:

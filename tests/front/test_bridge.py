@@ -1,0 +1,257 @@
+"""Era bridging: a 2026-07-28 client served by a stdio server on its one handshake-era connection.
+
+A real 2026-07-28 client against the real front; the downstream is the conformance fixture run as
+a stdio subprocess with no `era` key, so it has one process and one connection, in the handshake
+era. What the server asks by back-channel during a call (sampling, elicitation, roots) reaches the
+client as input-required rounds, and the client's answers go back to the server's pending
+requests, round after round.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import mcp_types
+import pytest
+from mcp import Client, MCPError
+
+from tests.conftest import FIXTURES, make_config, running_gateway
+from toolscore import Gateway, MemoryAuditSink
+
+pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
+
+CONFORMANCE = str(FIXTURES / "conformance_server.py")
+BACKCHANNEL = str(FIXTURES / "backchannel_server.py")
+
+
+@pytest.fixture(scope="module")
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def _entry(**extra: Any) -> dict[str, Any]:
+    return {"command": sys.executable, "args": [CONFORMANCE], **extra}
+
+
+@pytest.fixture(scope="module")
+async def gateway(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[tuple[Gateway, MemoryAuditSink]]:
+    config = make_config(
+        {
+            "c": _entry(),
+            "deny": _entry(sampling="deny"),
+            "ask": _entry(sampling="confirm"),
+            "quick": _entry(timeout=1),
+            "b": {"command": sys.executable, "args": [BACKCHANNEL]},
+        }
+    )
+    async with running_gateway(config, tmp_path_factory.mktemp("bridge")) as running:
+        yield running
+
+
+def text(result: mcp_types.CallToolResult) -> str:
+    block = result.content[0]
+    assert isinstance(block, mcp_types.TextContent)
+    return block.text
+
+
+def named(name: str) -> Any:
+    async def elicit(context: Any, params: mcp_types.ElicitRequestParams) -> mcp_types.ElicitResult:
+        return mcp_types.ElicitResult(action="accept", content={"name": name, "confirm": True})
+
+    return elicit
+
+
+async def sample(context: Any, params: mcp_types.CreateMessageRequestParams) -> mcp_types.CreateMessageResult:
+    return mcp_types.CreateMessageResult(role="assistant", content=mcp_types.TextContent(text="Paris"), model="m")
+
+
+async def roots(context: Any) -> mcp_types.ListRootsResult:
+    return mcp_types.ListRootsResult(roots=[mcp_types.Root(uri="file:///work/project")])
+
+
+async def until(condition: Any) -> None:
+    """Wait for `condition()` to hold (what the gateway does in its own tasks), at most 20 s."""
+    with anyio.fail_after(20):
+        while not condition():
+            await anyio.sleep(0.02)
+
+
+async def test_an_elicitation_becomes_an_input_required_round_on_the_one_connection(
+    gateway: tuple[Gateway, MemoryAuditSink],
+) -> None:
+    gw, _ = gateway
+    tool = "c__test_input_required_result_elicitation"
+    async with Client(gw.server, elicitation_callback=named("Bob")) as client:
+        first = await client.session.call_tool(tool, {}, allow_input_required=True)
+        assert isinstance(first, mcp_types.InputRequiredResult) and first.input_requests and first.request_state
+        (question,) = first.input_requests.values()
+        assert isinstance(question, mcp_types.ElicitRequest) and question.params.message == "What is your name?"
+        (key,) = first.input_requests
+        answer = {key: mcp_types.ElicitResult(action="accept", content={"name": "Ada"})}
+        done = await client.session.call_tool(
+            tool, {}, input_responses=answer, request_state=first.request_state, allow_input_required=True
+        )
+        assert isinstance(done, mcp_types.CallToolResult) and text(done) == "Hello, Ada!"
+        # The SDK's client answers the rounds itself, from its callbacks.
+        assert text(await client.call_tool(tool)) == "Hello, Bob!"
+    c = gw.hub.downstreams["c"]
+    assert c.modern_version is None and c.era_for("2026-07-28") == "2025-11-25"  # no second process
+    assert c.bridge.open == 0
+
+
+async def test_sampling_and_roots_are_asked_the_same_way(gateway: tuple[Gateway, MemoryAuditSink]) -> None:
+    gw, _ = gateway
+    async with Client(gw.server, sampling_callback=sample, list_roots_callback=roots) as client:
+        assert text(await client.call_tool("c__test_input_required_result_sampling")) == "LLM answered: Paris"
+        assert text(await client.call_tool("c__test_input_required_result_list_roots")) == (
+            "Roots: file:///work/project"
+        )
+
+
+async def test_requests_sent_together_make_one_round(gateway: tuple[Gateway, MemoryAuditSink]) -> None:
+    gw, _ = gateway
+    tool = "c__test_input_required_result_multiple_inputs"
+    async with Client(
+        gw.server, elicitation_callback=named("Ada"), sampling_callback=sample, list_roots_callback=roots
+    ) as client:
+        first = await client.session.call_tool(tool, {}, allow_input_required=True)
+        assert isinstance(first, mcp_types.InputRequiredResult) and first.input_requests
+        methods = sorted(request.method for request in first.input_requests.values())
+        assert methods == ["elicitation/create", "roots/list", "sampling/createMessage"]
+        done = await client.call_tool(tool)
+    assert "user_name: action=accept" in text(done) and "greeting: Paris" in text(done)
+
+
+async def test_several_rounds_each_with_its_own_state_and_no_replay(
+    gateway: tuple[Gateway, MemoryAuditSink],
+) -> None:
+    gw, sink = gateway
+    tool = "c__test_input_required_result_multi_round"
+    async with Client(gw.server, elicitation_callback=named("unused")) as client:
+        first = await client.session.call_tool(tool, {}, allow_input_required=True)
+        assert isinstance(first, mcp_types.InputRequiredResult) and first.input_requests
+        (key1,) = first.input_requests
+        name = {key1: mcp_types.ElicitResult(action="accept", content={"name": "Ada"})}
+        second = await client.session.call_tool(
+            tool, {}, input_responses=name, request_state=first.request_state, allow_input_required=True
+        )
+        assert isinstance(second, mcp_types.InputRequiredResult) and second.input_requests
+        (key2,) = second.input_requests
+        assert key2 != key1 and second.request_state != first.request_state
+        with pytest.raises(MCPError) as replayed:  # the first round's state, again
+            await client.session.call_tool(tool, {}, input_responses=name, request_state=first.request_state)
+        assert replayed.value.code == mcp_types.INVALID_PARAMS and "answered already" in replayed.value.message
+        color = {key2: mcp_types.ElicitResult(action="accept", content={"color": "green"})}
+        done = await client.session.call_tool(
+            tool, {}, input_responses=color, request_state=second.request_state, allow_input_required=True
+        )
+    assert isinstance(done, mcp_types.CallToolResult) and text(done) == "Ada likes green"
+    kinds = [r.error_kind for r in sink.records if r.tool == tool]
+    assert kinds[-4:] == ["input_required", "input_required", "protocol", None]
+
+
+async def test_a_forged_or_altered_request_state_or_one_for_other_arguments_is_refused(
+    gateway: tuple[Gateway, MemoryAuditSink],
+) -> None:
+    gw, _ = gateway
+    tool = "c__test_input_required_result_tampered_state"
+    async with Client(gw.server, elicitation_callback=named("x")) as client:
+        first = await client.session.call_tool(tool, {}, allow_input_required=True)
+        assert isinstance(first, mcp_types.InputRequiredResult) and first.input_requests and first.request_state
+        (key,) = first.input_requests
+        yes = {key: mcp_types.ElicitResult(action="accept", content={"ok": True})}
+        for state, why in [
+            (first.request_state + "-TAMPERED", "not one toolscore issued"),
+            ("forged.state", "not one toolscore issued"),
+        ]:
+            with pytest.raises(MCPError) as refused:
+                await client.session.call_tool(tool, {}, input_responses=yes, request_state=state)
+            assert refused.value.code == mcp_types.INVALID_PARAMS and why in refused.value.message
+        with pytest.raises(MCPError) as other_args:
+            await client.session.call_tool(tool, {"x": 1}, input_responses=yes, request_state=first.request_state)
+        assert "belongs to another call" in other_args.value.message
+        with pytest.raises(MCPError) as unanswered:
+            await client.session.call_tool(tool, {}, input_responses={}, request_state=first.request_state)
+        assert f"inputResponses lacks '{key}'" in unanswered.value.message
+        done = await client.session.call_tool(tool, {}, input_responses=yes, request_state=first.request_state)
+    assert isinstance(done, mcp_types.CallToolResult) and text(done) == "state verified"
+
+
+async def test_a_prompt_asks_its_question_in_rounds_too(gateway: tuple[Gateway, MemoryAuditSink]) -> None:
+    gw, _ = gateway
+
+    async def context(ctx: Any, params: mcp_types.ElicitRequestParams) -> mcp_types.ElicitResult:
+        return mcp_types.ElicitResult(action="accept", content={"context": "ctx"})
+
+    async with Client(gw.server, elicitation_callback=context) as client:
+        got = await client.get_prompt("c__test_input_required_result_prompt")
+    first = got.messages[0].content
+    assert isinstance(first, mcp_types.TextContent) and first.text == "Use this context: ctx"
+
+
+async def test_a_capability_the_client_did_not_declare_is_a_json_rpc_error(
+    gateway: tuple[Gateway, MemoryAuditSink],
+) -> None:
+    gw, _ = gateway
+    async with Client(gw.server) as without:
+        with pytest.raises(MCPError) as refused:
+            await without.call_tool("c__test_missing_capability")
+    assert refused.value.code == mcp_types.MISSING_REQUIRED_CLIENT_CAPABILITY
+    assert (refused.value.error.data or {}).get("requiredCapabilities") == {"sampling": {}}
+    async with Client(gw.server, sampling_callback=sample) as with_sampling:
+        assert text(await with_sampling.call_tool("c__test_missing_capability")) == "The client declared sampling."
+
+
+async def test_the_sampling_option_applies_denied_or_confirmed_first(
+    gateway: tuple[Gateway, MemoryAuditSink],
+) -> None:
+    gw, _ = gateway
+    tool = "test_input_required_result_sampling"
+    async with Client(gw.server, sampling_callback=sample, elicitation_callback=named("x")) as client:
+        denied = await client.call_tool(f"deny__{tool}")
+        assert denied.is_error and "denied by the gateway's configuration" in text(denied)
+        first = await client.session.call_tool(f"ask__{tool}", {}, allow_input_required=True)
+        assert isinstance(first, mcp_types.InputRequiredResult) and first.input_requests
+        (question,) = first.input_requests.values()  # the user is asked first, then the model
+        assert isinstance(question, mcp_types.ElicitRequest) and "asks to use your model" in question.params.message
+        assert text(await client.call_tool(f"ask__{tool}")) == "LLM answered: Paris"
+
+
+async def test_a_client_that_never_retries_ends_the_exchange_after_the_bound(
+    gateway: tuple[Gateway, MemoryAuditSink],
+) -> None:
+    gw, _ = gateway
+    quick = gw.hub.downstreams["quick"]
+    tool = "quick__test_input_required_result_elicitation"
+    async with Client(gw.server, elicitation_callback=named("x")) as client:
+        first = await client.session.call_tool(tool, {}, allow_input_required=True)
+        assert isinstance(first, mcp_types.InputRequiredResult) and first.input_requests
+        assert quick.bridge.open == 1
+        await until(lambda: quick.bridge.open == 0)  # `timeout: 1`: the server's call is cancelled
+        (key,) = first.input_requests
+        late = {key: mcp_types.ElicitResult(action="accept", content={"name": "Ada"})}
+        with pytest.raises(MCPError) as refused:
+            await client.session.call_tool(tool, {}, input_responses=late, request_state=first.request_state)
+        assert "is over" in refused.value.message or "expired" in refused.value.message
+        assert text(await client.call_tool(tool)) == "Hello, x!"  # and the server serves the next call
+
+
+async def test_a_client_that_abandons_its_waiting_request_ends_the_exchange(
+    gateway: tuple[Gateway, MemoryAuditSink],
+) -> None:
+    gw, _ = gateway
+    b = gw.hub.downstreams["b"]
+    async with Client(gw.server, elicitation_callback=named("x")) as client:
+        with anyio.CancelScope() as scope:  # the server holds the call until released
+            async with anyio.create_task_group() as group:
+                group.start_soon(client.call_tool, "b__ask", {"what": "elicitation", "text": "ok?"})
+                await until(lambda: b.bridge.open == 1)
+                scope.cancel()
+        await until(lambda: b.bridge.open == 0)
+        # The call was withdrawn: released, nothing is waiting on the server any more.
+        released = await client.call_tool("b__release", {"count": 0})
+        assert not released.is_error
