@@ -23,9 +23,9 @@ _WAIT = "import sys; sys.stdin.read()"
 """A server that runs until its stdin closes."""
 
 
-def _children() -> set[int]:
-    """This process's live children, from /proc."""
-    found: set[int] = set()
+def _processes() -> dict[int, int]:
+    """pid -> parent pid of every live process, from /proc."""
+    found: dict[int, int] = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
@@ -33,9 +33,25 @@ def _children() -> set[int]:
             except OSError:
                 continue
             state, parent = stat[stat.rindex(")") + 2 :].split()[:2]
-            if int(parent) == os.getpid() and state != "Z":
-                found.add(int(entry))
+            if state != "Z":
+                found[int(entry)] = int(parent)
     return found
+
+
+def _is_reaper(pid: int) -> bool:
+    try:
+        return b"_reaper.py" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+
+
+def _children() -> set[int]:
+    """The live processes `spawn.start` gave this process: the children of its one reaper (or,
+    without the reaper, its own children)."""
+    processes = _processes()
+    mine = {pid for pid, parent in processes.items() if parent == os.getpid()}
+    reapers = {pid for pid in mine if _is_reaper(pid)}
+    return {pid for pid, parent in processes.items() if parent in reapers} | (mine - reapers)
 
 
 @pytest.fixture
@@ -76,7 +92,7 @@ def test_servers_never_taken_are_killed(tmp_path: Path) -> None:
     started = _children()
     assert len(started) == 2
     spawn.abandon_early()
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 60
     while _children() & started and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not _children() & started
@@ -110,3 +126,56 @@ async def test_a_server_started_early_reports_its_start_from_its_process_start(t
         (status,) = gw.hub.statuses()
     assert status.state.value == "up" and status.start_seconds is not None
     assert status.start_seconds >= waited
+
+
+_GATEWAY = """\
+import sys, time
+from toolscore.config import ServerConfig
+from toolscore.downstream import spawn
+script = "setsid sleep 600 </dev/null >/dev/null 2>&1 & exec sleep 600"
+for name in ("a", "b", "c"):
+    spawn.start("sh", ["-c", script, name], None, None, None)
+print("started", flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.mark.skipif(not spawn.USE_REAPER, reason="the reaper runs on Linux")
+def test_one_reaper_runs_every_server_and_the_gateway_killed_takes_them_all_down(tmp_path: Path) -> None:
+    """Three servers, each leaving a process in a session of its own: one reaper process (one
+    Python start) above them all, and a SIGKILL of the gateway kills every one of them."""
+    import signal
+    import subprocess
+
+    gateway = subprocess.Popen([sys.executable, "-c", _GATEWAY], stdout=subprocess.PIPE)
+    try:
+        assert gateway.stdout is not None and gateway.stdout.readline() == b"started\n"
+        deadline = time.monotonic() + 60
+        while True:  # the three sleeps and the three they started, below one reaper
+            processes = _processes()
+            reapers = [pid for pid, parent in processes.items() if parent == gateway.pid]
+            below: list[int] = []
+            todo = list(reapers)
+            while todo:
+                top = todo.pop()
+                kids = [pid for pid, parent in processes.items() if parent == top]
+                below += kids
+                todo += kids
+            sleeps = [pid for pid in below if Path(f"/proc/{pid}/comm").read_text().strip() == "sleep"]
+            if len(sleeps) == 6:
+                break
+            assert time.monotonic() < deadline, (reapers, below)
+            time.sleep(0.05)
+        assert len(reapers) == 1 and _is_reaper(reapers[0])
+        gateway.send_signal(signal.SIGKILL)
+        gateway.wait(10)
+        deadline = time.monotonic() + 60
+        while (left := set(below) & set(_processes())) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not left, f"left running after the gateway's SIGKILL: {sorted(left)}"
+    finally:
+        if gateway.poll() is None:
+            gateway.kill()
+        gateway.wait()
+        assert gateway.stdout is not None
+        gateway.stdout.close()

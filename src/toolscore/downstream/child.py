@@ -21,16 +21,16 @@ The child runs in its own session (a process group), so closing kills everything
 stdin is closed first (the spec's polite request), then SIGTERM to the group after a grace
 period, then SIGKILL. `kill()` skips the grace period: that is for a server that stopped answering.
 
-On Linux the server runs under a small reaper process (`_reaper.py`, a child subreaper with a
-parent-death signal): what the server starts stays findable even in a session of its own (a
-browser, a sandbox), and all of it dies with the gateway, even when the gateway is SIGKILLed.
+On Linux the server runs under a server reaper, forked by the gateway's one reaper process
+(`_reaper.py`: child subreapers with parent-death signals): what the server starts stays findable
+even in a session of its own (a browser, a sandbox), and all of it dies with the gateway, even
+when the gateway is SIGKILLed. `pid` is then the server reaper's.
 """
 
 from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import aclosing, asynccontextmanager, suppress
@@ -48,6 +48,7 @@ from toolscore._lines import LineWriter, Oversized, message_id, read_lines, wide
 from toolscore.downstream.raw import RawChannel
 from toolscore.downstream.spawn import DEFAULT_ENV_KEYS as DEFAULT_ENV_KEYS
 from toolscore.downstream.spawn import USE_REAPER as _USE_REAPER
+from toolscore.downstream.spawn import Process
 from toolscore.downstream.spawn import start as _start
 
 __all__ = ["DEFAULT_ENV_KEYS", "ChildProcess", "spawn_stdio"]
@@ -60,7 +61,7 @@ _GRACE = 2.0
 class ChildProcess:
     """The running child of one connection."""
 
-    def __init__(self, popen: subprocess.Popen[bytes], *, reaper: bool = False) -> None:
+    def __init__(self, popen: Process, *, reaper: bool = False) -> None:
         self.pid = popen.pid
         self._popen = popen
         self._reaper = reaper

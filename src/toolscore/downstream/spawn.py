@@ -12,9 +12,11 @@ This module imports the standard library only, so that it runs before anything h
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -26,20 +28,146 @@ from typing import IO, TYPE_CHECKING
 if TYPE_CHECKING:
     from toolscore.config import ServerConfig
 
-__all__ = ["DEFAULT_ENV_KEYS", "USE_REAPER", "abandon_early", "open_errlog", "start", "start_early", "take_errlog"]
+__all__ = [
+    "DEFAULT_ENV_KEYS",
+    "USE_REAPER",
+    "Process",
+    "ReapedProcess",
+    "abandon_early",
+    "open_errlog",
+    "start",
+    "start_early",
+    "take_errlog",
+]
 
 DEFAULT_ENV_KEYS = ("HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER")
 """What a child inherits from the gateway's environment (as the SDK does); `env` adds to it."""
 _REAPER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_reaper.py")
 USE_REAPER = sys.platform == "linux" and os.path.isdir("/proc/self/task")
 """Whether servers run under `_reaper.py` (see `child`)."""
+_ANSWER_SECONDS = 30.0
+"""How long a start waits for the reaper's answer (a fork; the first also waits for its Python start)."""
+
+
+class _Reaper:
+    """The gateway's one reaper process (`_reaper.py`) and the socket that asks it for servers."""
+
+    def __init__(self) -> None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        with theirs:
+            self._process = subprocess.Popen(
+                [sys.executable, "-I", "-S", _REAPER, str(os.getpid()), str(theirs.fileno())],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                pass_fds=[theirs.fileno()],
+                start_new_session=True,  # a Ctrl-C to the gateway's group is the gateway's to handle
+            )
+        self._control = ours
+        self._answers: list[int] = []
+        self._exits: dict[int, int] = {}
+        self._lost = False
+
+    @property
+    def alive(self) -> bool:
+        return not self._lost and self._process.poll() is None
+
+    def _receive(self, timeout: float) -> bool:
+        """Read one message, waiting up to `timeout` seconds (0: not at all); False if none came."""
+        self._control.settimeout(timeout)
+        try:
+            data = self._control.recv(4096)
+        except (BlockingIOError, TimeoutError):
+            return False
+        except OSError:
+            data = b""
+        if not data:
+            self._lost = True  # it died: its servers' reapers killed their servers (parent-death signal)
+            return False
+        message = json.loads(data)
+        if "exit" in message:
+            self._exits[int(message["exit"])] = int(message["status"])
+        else:
+            self._answers.append(int(message["pid"]))
+        return True
+
+    def start(self, argv: list[str], env: Mapping[str, str], cwd: str | None, fds: list[int]) -> int:
+        """Have the reaper start `argv` with `fds` as its stdin, stdout and stderr; its pid."""
+        request = json.dumps({"argv": argv, "env": dict(env), "cwd": cwd}).encode()
+        socket.send_fds(self._control, [request], fds)
+        deadline = time.monotonic() + _ANSWER_SECONDS
+        while not self._answers:
+            left = deadline - time.monotonic()
+            if self._lost or left <= 0:
+                raise OSError(f"the reaper did not start {argv[0]}")
+            self._receive(left)
+        pid = self._answers.pop(0)
+        if pid < 0:
+            raise OSError(f"the reaper could not start {argv[0]}")
+        return pid
+
+    def exit_status(self, pid: int, timeout: float = 0) -> int | None:
+        """Process `pid`'s wait status once the reaper has reported its exit, else None."""
+        deadline = time.monotonic() + timeout
+        while pid not in self._exits and not self._lost:
+            if not self._receive(max(0.0, deadline - time.monotonic())) and time.monotonic() >= deadline:
+                break
+        if pid in self._exits:
+            return self._exits.pop(pid)
+        return signal.SIGKILL if self._lost else None  # a lost reaper's servers were killed with it
+
+
+_shared: _Reaper | None = None
+
+
+def _reaper() -> _Reaper:
+    """The live reaper, started on first need (and again should it have died)."""
+    global _shared
+    if _shared is None or not _shared.alive:
+        _shared = _Reaper()
+    return _shared
+
+
+class ReapedProcess:
+    """A server the reaper runs: what `child` uses of a `subprocess.Popen`.
+
+    `pid` is its server reaper's (the process the gateway signals); `returncode` is the server's
+    own exit, which that reaper exits with.
+    """
+
+    def __init__(self, pid: int, stdin: IO[bytes], stdout: IO[bytes], reaper: _Reaper) -> None:
+        self.pid = pid
+        self.stdin: IO[bytes] | None = stdin
+        self.stdout: IO[bytes] | None = stdout
+        self.returncode: int | None = None
+        self._reaper = reaper
+
+    def poll(self) -> int | None:
+        """The exit status once it has exited (negative: killed by that signal), else None."""
+        if self.returncode is None and (status := self._reaper.exit_status(self.pid)) is not None:
+            self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        """Wait for the exit; `subprocess.TimeoutExpired` after `timeout` seconds."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while (code := self.poll()) is None:
+            left = 3600.0 if deadline is None else deadline - time.monotonic()
+            if left <= 0:
+                raise subprocess.TimeoutExpired(str(self.pid), timeout or 0)
+            if (status := self._reaper.exit_status(self.pid, left)) is not None:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return code
+
+
+Process = subprocess.Popen[bytes] | ReapedProcess
+"""A started server: under the reaper (Linux) or a plain child."""
 
 _Key = tuple[str, tuple[str, ...], tuple[tuple[str, str], ...], str | None]
 
 
 _started_at: dict[int, float] = {}
 """When `start` started each process not yet connected to, by pid."""
-_early: dict[_Key, subprocess.Popen[bytes]] = {}
+_early: dict[_Key, Process] = {}
 """Servers started before the hub asked for them, by what `start` is asked to run."""
 _logs: dict[str, tuple[IO[str], int]] = {}
 """Their log files by server name, and where the server's stderr starts in each (for the exit report)."""
@@ -51,7 +179,7 @@ def _key(command: str, args: Sequence[str], env: Mapping[str, str] | None, cwd: 
 
 def start(
     command: str, args: Sequence[str], env: Mapping[str, str] | None, cwd: str | None, errlog: IO[str] | None
-) -> subprocess.Popen[bytes]:
+) -> Process:
     """fork/exec, synchronously: it takes a millisecond and happens once per connection.
 
     The same command started early (`start_early`) and not yet taken is returned instead; its
@@ -73,9 +201,13 @@ def start(
         found = shutil.which(command, path=environment.get("PATH"))
     if found is None:
         raise FileNotFoundError(2, "command not found", command)
-    if USE_REAPER:
-        argv = [sys.executable, "-I", "-S", _REAPER, str(os.getpid()), "--", *argv]
+    if cwd is not None and not os.path.isdir(cwd):
+        raise FileNotFoundError(2, "no such directory", cwd)
     began = time.perf_counter()
+    if USE_REAPER:
+        reaped = _start_reaped(argv, environment, cwd, errlog)
+        _started_at[reaped.pid] = began
+        return reaped
     popen = subprocess.Popen(
         argv,
         stdin=subprocess.PIPE,
@@ -87,6 +219,23 @@ def start(
     )
     _started_at[popen.pid] = began
     return popen
+
+
+def _start_reaped(argv: list[str], env: Mapping[str, str], cwd: str | None, errlog: IO[str] | None) -> ReapedProcess:
+    """Start `argv` under the reaper, on two new pipes (and `errlog`, or this process's stderr)."""
+    stdin_read, stdin_write = os.pipe()
+    stdout_read, stdout_write = os.pipe()
+    reaper = _reaper()
+    try:
+        pid = reaper.start(argv, env, cwd, [stdin_read, stdout_write, errlog.fileno() if errlog is not None else 2])
+    except OSError:
+        for fd in (stdin_write, stdout_read):
+            os.close(fd)
+        raise
+    finally:
+        for fd in (stdin_read, stdout_write):  # the server's ends: its copies alone keep the pipes open
+            os.close(fd)
+    return ReapedProcess(pid, open(stdin_write, "wb"), open(stdout_read, "rb"), reaper)
 
 
 def take_started_at(pid: int) -> float | None:
