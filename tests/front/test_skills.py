@@ -122,3 +122,21 @@ async def test_no_skills_server_no_extension() -> None:
     async with testing.running_gateway({"a": plain}) as (gateway, _), Client(gateway.server, cache=None) as client:
         assert EXTENSION not in (client.server_capabilities.extensions or {})
         assert (await _raw(client, "skills/list", {"_meta": _ENVELOPE}))["skills"] == []
+
+
+async def test_unprefixed_servers_skills_not_listed_as_resources_are_got_from_the_one_that_listed_them() -> None:
+    a = skills_server({"pdf-processing": {}}, listed_as_resources=False)
+    b = skills_server({"csv-cleaning": {}}, listed_as_resources=False)
+    config = testing.memory_config({"a": {"prefix": ""}, "b": {"prefix": ""}})
+    async with (
+        testing.running_gateway({"a": a, "b": b}, config=config) as (gateway, _),
+        Client(gateway.server, mode="legacy") as client,
+    ):
+        listed = await _raw(client, "skills/list")
+        assert [e["uri"] for e in listed["skills"]] == [
+            "skill://pdf-processing/SKILL.md",
+            "skill://csv-cleaning/SKILL.md",
+        ]
+        got = await _raw(client, "skills/get", {"uri": "skill://csv-cleaning/SKILL.md"})
+        assert got["skill"]["frontmatter"]["name"] == "csv-cleaning"
+        assert _requests(b, "skills/get") == 1 and _requests(a, "skills/get") == 0

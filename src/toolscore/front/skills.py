@@ -146,6 +146,9 @@ class SkillHandlers:
     async def get_skill(self, ctx: ServerRequestContext[Any], params: _GetParams) -> _Answer:
         """One skill, from the server that owns its URI."""
         found = self._hub.catalog.route_uri(params.uri)
+        if found is None:  # an unprefixed server's skill its resources do not list: the one that listed it
+            owners = [s for s, files in self._manifests.items() if params.uri in files]
+            found = (owners[0], params.uri) if len(owners) == 1 else None
         if found is None or found[0] not in skills_capable(self._hub):
             raise MCPError(mcp_types.INVALID_PARAMS, f"Unknown skill: {params.uri}", data={"uri": params.uri})
         server, original = found
