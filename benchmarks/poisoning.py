@@ -6,23 +6,32 @@ The corpus (`benchmarks/data/poisoning_corpus.json`, docs/security.md says how i
 malicious definitions modelled on published tool-poisoning examples and benign ones: the shipped
 stack's own definitions as its pinned packages list them, and hard negatives written after
 reference and widely used servers. A definition counts as flagged when the scan finds anything.
-The cost is the scan alone (no memo) over the shipped stack's tools, per 100 tools.
+
+The costs, per 100 of the shipped stack's tools, in CPU time (best and median of the rounds):
+the scan alone (no memo); pinning at a first connect (each definition hashed and judged, new
+pins saved to a fresh pins.json) and at a restart (pins.json read back, each definition hashed
+and judged, nothing to save). Pinning hashes the definition's canonical JSON, which the registry
+encodes once per definition for its schema-check memo as well: that encoding is printed apart.
 
 Targets (issue "Trust in what flows through"): recall >= 0.95, at most one benign definition
-flagged, none of the shipped stack's, and <= 5 ms per 100 tools.
+flagged, none of the shipped stack's, and scan and pin <= 5 ms per 100 tools at connect.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
+import tempfile
 import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from toolscore.trust.pins import PinBook
 from toolscore.trust.poison import Finding, scan
+from toolscore.trust.verdict import canonical_json
 
 CORPUS = Path(__file__).parent / "data" / "poisoning_corpus.json"
 
@@ -88,18 +97,51 @@ def main() -> None:
             for f in found:
                 print(f"  {entry['id']}: {f.check} {f.severity} {f.where} {f.excerpt!r}")
 
-    tools = [(e["definition"], others_of(e, entries)) for e in entries if e.get("stack") and e["kind"] == "tool"]
-    wall, cpu = [], []
-    for _ in range(args.rounds):
-        began, began_cpu = time.perf_counter(), time.process_time()
+    stack = [e for e in entries if e.get("stack") and e["kind"] == "tool"]
+    tools = [(e["definition"], others_of(e, entries)) for e in stack]
+    named = [(e["server"], e["definition"]["name"], e["definition"]) for e in stack]
+    canonical = [canonical_json(definition) for _, _, definition in named]
+
+    def scanning() -> None:
         for definition, others in tools:
             scan("tool", definition, others=others)
-        wall.append((time.perf_counter() - began) * 1000 / len(tools) * 100)
-        cpu.append((time.process_time() - began_cpu) * 1000 / len(tools) * 100)
-    print(
-        f"cost per 100 tools: {statistics.median(wall):.2f} ms wall, {statistics.median(cpu):.2f} ms CPU "
-        f"(medians of {args.rounds} scans of the shipped stack's {len(tools)} tools; best wall {min(wall):.2f})"
-    )
+
+    def encoding() -> None:
+        for _, _, definition in named:
+            canonical_json(definition)
+
+    with tempfile.TemporaryDirectory() as directory:
+        path = os.path.join(directory, "pins.json")
+
+        def pinning(fresh: bool) -> None:
+            if fresh and os.path.exists(path):
+                os.unlink(path)
+            book = PinBook(path)
+            for (server, name, definition), text in zip(named, canonical, strict=True):
+                book.judge(server, name, definition, text)
+            book.save()
+
+        costs = {
+            "scan": cost(scanning, args.rounds, len(tools)),
+            "pin, first connect": cost(lambda: pinning(True), args.rounds, len(tools)),
+            "pin, restart": cost(lambda: pinning(False), args.rounds, len(tools)),
+            "canonical JSON (shared)": cost(encoding, args.rounds, len(tools)),
+        }
+    print(f"CPU time per 100 tools, best / median of {args.rounds} rounds over the stack's {len(tools)} tools:")
+    for label, (best, median) in costs.items():
+        print(f"  {label:24s} {best:6.2f} / {median:6.2f} ms")
+    connect = [costs["scan"][i] + costs["pin, first connect"][i] for i in (0, 1)]
+    print(f"  {'scan + pin at connect':24s} {connect[0]:6.2f} / {connect[1]:6.2f} ms (target <= 5)")
+
+
+def cost(work: Any, rounds: int, tools: int) -> tuple[float, float]:
+    """(best, median) CPU milliseconds of `work` per 100 tools."""
+    spent = []
+    for _ in range(rounds):
+        began = time.process_time()
+        work()
+        spent.append((time.process_time() - began) * 1000 / tools * 100)
+    return min(spent), statistics.median(spent)
 
 
 if __name__ == "__main__":

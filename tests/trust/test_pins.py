@@ -3,6 +3,7 @@ with a rename in between) is held until approved, and `toolscore pins` lists, di
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -75,6 +76,23 @@ def test_a_file_that_is_not_a_pin_file_is_named(tmp_path: Path) -> None:
     (tmp_path / "pins.json").write_text("[1, 2]")
     with pytest.raises(ConfigError, match=r"pins\.json: not a pin file"):
         PinBook(tmp_path / "pins.json")
+
+
+def test_the_file_holds_one_pin_a_line_and_digests_cover_the_canonical_json(tmp_path: Path) -> None:
+    book = PinBook(tmp_path / "pins.json")
+    config = memory_config({"wx": {"pinning": "warn"}})
+    tools = [tool("Today's weather."), mcp_types.Tool(name="radar", input_schema=SCHEMA)]
+    build_registry({"wx": tools}, config, pins=book)
+    book.save()
+    lines = (tmp_path / "pins.json").read_text().splitlines()
+    assert [line.split(":", 1)[0] for line in lines if line.startswith(" ")] == [' "wx/radar"', ' "wx/weather"']
+    stored = json.loads((tmp_path / "pins.json").read_text())["pinned"]["wx/weather"]
+    # The digest a pin file of an earlier version holds: SHA-256 of the sorted, spaceless JSON.
+    canonical = json.dumps(stored["definition"], sort_keys=True, separators=(",", ":"))
+    assert stored["digest"] == hashlib.sha256(canonical.encode()).hexdigest()[:16]
+    assert stored["definition"]["description"] == "Today's weather."
+    again = PinBook(tmp_path / "pins.json")  # read back: the same definition is the pinned one
+    assert again.judge("wx", "weather", stored["definition"])[0] == "same"
 
 
 def changing_server() -> tuple[Server[Any], list[mcp_types.Tool]]:

@@ -6,7 +6,6 @@ Rebuilt from scratch whenever a server's tool list changes; a rebuild is cheap n
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -25,7 +24,7 @@ from toolscore._naming import public_name
 from toolscore.config import Config
 from toolscore.downstream.schema_check import Check, compile_check
 from toolscore.trust.poison import Finding, scan
-from toolscore.trust.verdict import Suspect, digest_of, flagged, screen
+from toolscore.trust.verdict import Suspect, canonical_json, flagged, screen
 
 __all__ = ["PinJudge", "Registry", "Route", "build_registry"]
 
@@ -33,8 +32,11 @@ __all__ = ["PinJudge", "Registry", "Route", "build_registry"]
 class PinJudge(Protocol):
     """Pinned definitions (`trust/pins.py`): whether one is new, the pinned one, or changed."""
 
-    def judge(self, server: str, tool: str, definition: dict[str, Any], digest: str | None = None) -> tuple[str, str]:
-        """`new`, `same` or `changed`, and the definition's digest (a first sight or a change is recorded)."""
+    def judge(
+        self, server: str, tool: str, definition: dict[str, Any], canonical: str | None = None
+    ) -> tuple[str, str]:
+        """`new`, `same` or `changed`, and the definition's digest (a first sight or a change is
+        recorded); `canonical` is the definition's canonical JSON, made once here for every use."""
         ...
 
 
@@ -49,7 +51,6 @@ _CHECKED: dict[str, str | None] = {}
 _CHECKED_MAX = 8192
 # The poisoning scan's findings per (definition, downstream name, other servers' tool names), alike.
 _SCANNED: dict[tuple[str, str, frozenset[str]], tuple[Finding, ...]] = {}
-_DIGESTS: dict[tuple[str, str], str] = {}
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,12 +146,16 @@ def _selected(name: str, allow: Sequence[str] | None, deny: Sequence[str]) -> bo
     return allow is None or matches(name, allow)
 
 
-def _dumped(tool: mcp_types.Tool) -> tuple[dict[str, Any], str]:
-    """The tool as a one-tool `tools/list` result's JSON, and that JSON as a memo key."""
+def _dumped(tool: mcp_types.Tool, downstream_name: str) -> tuple[dict[str, Any], dict[str, Any], str, str]:
+    """The exposed tool as a one-tool `tools/list` result's JSON; the definition as the server
+    sent it (its own name) and that definition's canonical JSON (what a pin's digest covers); and
+    a memo key for the exposed tool (its name and that JSON): one JSON encoding serves all three."""
     dump: dict[str, Any] = mcp_types.ListToolsResult(tools=[tool]).model_dump(
         by_alias=True, mode="json", exclude_none=True
     )
-    return dump, json.dumps(dump, sort_keys=True, separators=(",", ":"))
+    definition = {**dump["tools"][0], "name": downstream_name}
+    canonical = canonical_json(definition)
+    return dump, definition, canonical, f"{tool.name}\n{canonical}"
 
 
 def _schema_problem(tool: mcp_types.Tool, dump: dict[str, Any], key: str) -> str | None:
@@ -247,16 +252,6 @@ def lenient(schema: Any, depth: int = 0) -> Any:
     return schema if out is None else out
 
 
-def _digest(definition: dict[str, Any], key: str, name: str) -> str:
-    """The definition's pin digest, remembered by its JSON as the schema check is."""
-    if (digest := _DIGESTS.get((key, name))) is None:
-        digest = digest_of(definition)
-        if len(_DIGESTS) >= _CHECKED_MAX:
-            del _DIGESTS[next(iter(_DIGESTS))]
-        _DIGESTS[(key, name)] = digest
-    return digest
-
-
 def _scanned(tool: mcp_types.Tool, definition: dict[str, Any], key: str, others: frozenset[str]) -> tuple[Finding, ...]:
     """The scan's findings for one downstream definition, remembered."""
     memo = (key, tool.name, others)
@@ -332,13 +327,12 @@ def build_registry(
                 )
                 continue
             exposed_tool = tool.model_copy(update={"name": name})
-            dump, key = _dumped(exposed_tool)
+            dump, definition, canonical, key = _dumped(exposed_tool, tool.name)
             if (problem := _schema_problem(exposed_tool, dump, key)) is not None:
                 report(f"server '{server}' tool '{tool.name}' skipped: {problem}")
                 continue
-            definition = {**dump["tools"][0], "name": tool.name}
             if pins is not None and cfg.pinning != "off" and server not in resting:
-                judgement, _ = pins.judge(server, tool.name, definition, _digest(definition, key, tool.name))
+                judgement, _ = pins.judge(server, tool.name, definition, canonical)
                 if judgement == "changed":
                     held = cfg.pinning == "enforce"
                     report(

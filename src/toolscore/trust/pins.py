@@ -17,14 +17,15 @@ import contextlib
 import difflib
 import json
 import os
+import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
 from toolscore.errors import ConfigError
-from toolscore.trust.verdict import digest_of
+from toolscore.trust.verdict import canonical_json, digest_of_text
 
 __all__ = ["Pin", "PinBook", "definition_diff", "pin_of"]
 
@@ -38,10 +39,18 @@ class Pin:
     digest: str
     definition: dict[str, Any]
     seen: str
+    canonical: str = field(default="", compare=False, repr=False)
+    """The definition's canonical JSON when the judge was given it: the file embeds it as it is."""
 
     def as_dict(self) -> dict[str, Any]:
         """As the file stores it."""
         return {"digest": self.digest, "seen": self.seen, "definition": self.definition}
+
+    def as_json(self) -> str:
+        """`as_dict` as JSON text, the definition written once (its canonical JSON, when known)."""
+        definition = self.canonical or canonical_json(self.definition)
+        digest, seen = json.dumps(self.digest), json.dumps(self.seen)
+        return f'{{"definition":{definition},"digest":{digest},"seen":{seen}}}'
 
 
 class PinBook:
@@ -83,21 +92,22 @@ class PinBook:
         self._stamp = stamp
 
     def judge(
-        self, server: str, tool: str, definition: dict[str, Any], digest: str | None = None
+        self, server: str, tool: str, definition: dict[str, Any], canonical: str | None = None
     ) -> tuple[Judgement, str]:
         """Whether this definition is the pinned one, recording a first sight or a change (in memory).
 
         Args:
-            digest: The definition's `digest_of`, when the caller remembers it.
+            canonical: The definition's `canonical_json`, when the caller made it already.
 
         Returns:
             The judgement and the definition's digest.
         """
         key = f"{server}/{tool}"
-        digest = digest or digest_of(definition)
+        canonical = canonical or canonical_json(definition)
+        digest = digest_of_text(canonical)
         pin = self.pinned.get(key)
         if pin is None:
-            self._put("pinned", key, Pin(digest, definition, _now()))
+            self._put("pinned", key, Pin(digest, definition, _now(), canonical))
             self.first_seen.add(key)
             return "new", digest
         if pin.digest == digest:
@@ -105,7 +115,7 @@ class PinBook:
                 self._put("pending", key, None)
             return "same", digest
         if (waiting := self.pending.get(key)) is None or waiting.digest != digest:
-            self._put("pending", key, Pin(digest, definition, _now()))
+            self._put("pending", key, Pin(digest, definition, _now(), canonical))
         return "changed", digest
 
     def _put(self, section: str, key: str, pin: Pin | None) -> None:
@@ -150,15 +160,18 @@ class PinBook:
         if not self._dirty:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        body = {
-            "pinned": {k: p.as_dict() for k, p in sorted(self.pinned.items())},
-            "pending": {k: p.as_dict() for k, p in sorted(self.pending.items())},
-        }
+        # One pin a line, each written by the C encoder (an indented dump runs the pure-Python one,
+        # which cost more than hashing every definition).
+        sections = []
+        for name, pins in (("pending", self.pending), ("pinned", self.pinned)):
+            lines = ",\n".join(f" {json.dumps(k)}: {p.as_json()}" for k, p in sorted(pins.items()))
+            sections.append(f'"{name}": {{\n{lines}\n}}' if lines else f'"{name}": {{}}')
+        body = "{" + ",\n".join(sections) + "}\n"
         temporary = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
         fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                json.dump(body, fh, indent=1, sort_keys=True)
+                fh.write(body)
             os.replace(temporary, self.path)
         except OSError:
             with contextlib.suppress(OSError):
@@ -181,7 +194,15 @@ def _pin(value: Any) -> Pin:
 
 
 def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="seconds")
+    """The time, to the second (a catalog's first sight pins its tools within one)."""
+    global _CLOCK
+    second = int(time.time())
+    if _CLOCK[0] != second:
+        _CLOCK = (second, datetime.fromtimestamp(second, UTC).isoformat(timespec="seconds"))
+    return _CLOCK[1]
+
+
+_CLOCK: tuple[int, str] = (0, "")
 
 
 def definition_diff(old: Mapping[str, Any], new: Mapping[str, Any], label: str = "") -> str:

@@ -23,10 +23,10 @@ import bisect
 import functools
 import re
 import unicodedata
-from collections.abc import Callable, Collection, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Collection, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypeGuard
 
 __all__ = ["MAX_TEXT", "MAX_TOTAL", "Finding", "Severity", "scan"]
 
@@ -238,6 +238,7 @@ _ACTION = _w(
 _SECRET_HEADS = _w("private ssh api access session system conversation chat previous environment all")
 _SECRET_TAILS = _w("key keys token tokens cookie cookies prompt history context messages variables")
 _SECRET_WORDS = _w("password passwords credentials secrets")
+_SECRETS = _SECRET_WORDS | _SECRET_HEADS
 _NET_VERBS = _w(
     "send sending sends post posting posts upload uploading forward forwarding submit report fetch"
     " download visit curl wget transmit beacon"
@@ -365,70 +366,151 @@ def _match(words: list[str], i: int, phrase: _Phrase) -> int | None:
 
 _TOKEN = re.compile(r"\w+(?:'t)?|[.!?](?=\s)|\n")
 _BOUNDARY = frozenset(".!?\n")
-# Most texts name no credential at all: a plain search for the literals the patterns need first
-# (substring tests in C: an alternation of them costs the regex engine a try per character).
-_CREDENTIAL_HINTS = (
-    "ssh", "id_", ".aws", ".netrc", ".pgpass", ".git-", ".npmrc", ".pypirc", ".docker", ".kube", ".gnupg",
-    ".config", ".env", ".bash", ".zsh", "mcp.json", "claude_", "/etc/", "credentials.json",
-)  # fmt: skip
+# Most texts name no credential at all. Every alternative of `_CREDENTIAL` but three holds one of
+# these words whole (a run of letters and digits: `.aws/` holds `aws`); the three hold these pieces.
+_CREDENTIAL_WORDS = _w("ssh aws netrc pgpass git npmrc pypirc docker kube gnupg config mcp etc bash zsh env")
+_CREDENTIAL_PIECES = ("id_", "credentials.json", "claude_")
+# `_ENCODED` needs 64 characters of its class in a row: the bytes mapped to `a` (its class) or a
+# space, a run of 64 is one substring test, so the pattern runs only on text that could match.
+_ENCODED_BYTES = bytes(
+    ord("a") if chr(c).isascii() and (chr(c).isalnum() or chr(c) in "+/") else ord(" ") for c in range(256)
+)
+_ENCODED_RUN = b"a" * 64
+# The pieces of folded ASCII text: its letters and digits kept, the rest made spaces, then split.
+_PIECE_BYTES = bytes(c if chr(c).isascii() and chr(c).isalnum() else ord(" ") for c in range(256))
+_PIECE = re.compile(r"[^\W_]+")
+_APOSTROPHE_T = re.compile(r"(?<=\w)'t")
 
 
-@dataclass(slots=True)
-class _Text:
-    where: str
-    text: str
-    prose: bool
-    """Written for a reader (a description, a title, a schema string), not a name or a key."""
+def _present(folded: str, ascii_only: bool) -> set[str]:
+    """Every run of letters and digits in the folded text (`send` and `email` in `send_email`):
+    what decides which checks run. A word any check looks for is one such run."""
+    if "'t" in folded:  # the checks' tokens end at `'t` (`don't`): what follows is a word of its own
+        folded = _APOSTROPHE_T.sub("'t ", folded)
+    if ascii_only:
+        return set(folded.encode("ascii").translate(_PIECE_BYTES).decode("ascii").split())
+    return set(_PIECE.findall(folded))
+
+
+def _stems(words: frozenset[str]) -> frozenset[str]:
+    """The word runs a token holds (`don't` holds `don`): what `_present` sees of it."""
+    return frozenset(word.split("'", 1)[0] for word in words)
+
+
+# Per first word (as a run), the phrases it starts, with every later step's words as runs: a phrase
+# can match only where each of its steps has a word present, which few texts have.
+_STARTS: dict[str, list[tuple[frozenset[str], ...]]] = {}
+for _phrase in _PHRASES:
+    for _word in _stems(_phrase.steps[0][0]):
+        _STARTS.setdefault(_word, []).append(tuple(_stems(words) for words, _ in _phrase.steps[1:]))
+
+
+_START_WORDS = frozenset(_STARTS)
+
+
+def _possible(present: set[str]) -> bool:
+    """Whether some phrase has a word of each of its steps in the text (else none can match)."""
+    for word in present.intersection(_START_WORDS):
+        for steps in _STARTS[word]:
+            if all(not present.isdisjoint(words) for words in steps):
+                return True
+    return False
+
+
+Spot = tuple[str, bool]
+"""Where a text is in its definition (`inputSchema.properties.x.description`), and whether it is
+written for a reader (a description, a title, a schema string) rather than a name or a key."""
 
 
 class _Scan:
     """One definition's joined texts, folded, and the findings so far."""
 
-    def __init__(self, texts: list[_Text], others: _Names, network: Callable[[], bool]) -> None:
-        self.texts = texts
-        self.others = others
-        self.network = network
-        self.out: list[Finding] = []
-        self.starts: list[int] = []
-        at = 0
-        for t in texts:
-            self.starts.append(at)
-            at += len(t.text) + 1
-        self.joined = "\n".join(t.text for t in texts)
-        self.folded, self.where = _fold(self.joined)
+    # Made when a check first needs them (most definitions need none): class-level until then.
+    spots: Sequence[Spot] = ()
+    starts: Sequence[int] = ()
+    _tokens: list[str] | None = None
+    _spans: list[tuple[int, int]] | None = None
+    _network: bool | None = None
 
-    def locate(self, start: int, end: int, *, folded: bool = True) -> tuple[_Text, int, int] | None:
-        """The text a span of the folded (or joined) string lies in, and the span within it."""
+    def __init__(self, kind: str, definition: Mapping[str, Any], others: _Names) -> None:
+        self.kind = kind
+        self.definition = definition
+        self.others = others
+        self.out: list[Finding] = []
+        texts = _texts(kind, definition, None)
+        self.joined = "\n".join(texts)
+        if len(self.joined) > MAX_TEXT and _too_long(texts):  # else no text, and not all, can be too long
+            texts = _capped(texts)
+            self.joined = "\n".join(texts)
+        self.texts = texts
+        self.folded, self.where = _fold(self.joined)
+        self.present = _present(self.folded, self.where is None)
+
+    def network(self) -> bool:
+        """Whether the tool plausibly uses the network (asked only of a text with a URL)."""
+        if self._network is None:
+            self._network = self.kind == "tool" and _networked(self.definition)
+        return self._network
+
+    def place(self) -> None:
+        """Each text's place and offset in the joined string, made on the first finding: most
+        definitions have none."""
+        if self.spots or not self.texts:
+            return
+        spots: list[Spot] = []
+        _texts(self.kind, self.definition, spots)  # the same walk, this time naming each text's place
+        self.spots = spots[: len(self.texts)]
+        starts = []
+        at = 0
+        for text in self.texts:
+            starts.append(at)
+            at += len(text) + 1
+        self.starts = starts
+
+    def locate(self, start: int, end: int, *, folded: bool = True) -> tuple[int, int, int]:
+        """Which text a span of the folded (or joined) string lies in, and the span within it."""
         if folded and self.where is not None:
             start, end = self.where[start], (self.where[end - 1] + 1 if end > start else self.where[start])
+        self.place()
         n = bisect.bisect_right(self.starts, start) - 1
-        t = self.texts[n]
-        return t, start - self.starts[n], min(end - self.starts[n], len(t.text))
+        return n, start - self.starts[n], min(end - self.starts[n], len(self.texts[n]))
 
     def add(self, check: str, severity: Severity, span: tuple[int, int], message: str, *, folded: bool = True,
             prose_only: bool = True) -> None:  # fmt: skip
-        located = self.locate(*span, folded=folded)
-        if located is None:
+        n, start, end = self.locate(*span, folded=folded)
+        where, prose = self.spots[n]
+        if prose_only and not prose:
             return
-        t, start, end = located
-        if prose_only and not t.prose:
-            return
-        self.out.append(Finding(check, severity, t.where, start, end, _excerpt(t.text[start:end]), message))
+        self.out.append(Finding(check, severity, where, start, end, _excerpt(self.texts[n][start:end]), message))
+
+    def span(self, first: int, last: int) -> tuple[int, int]:
+        """The folded text's span from the start of token `first` to the end of token `last`."""
+        if self._spans is None:  # positions only once something matched: most definitions match nothing
+            self._spans = [m.span() for m in _TOKEN.finditer(self.folded)]
+        return self._spans[first][0], self._spans[last][1]
+
+    def tokens(self) -> list[str]:
+        """The folded text's words and sentence ends (`_TOKEN`), made when a check needs their order."""
+        if self._tokens is None:
+            self._tokens = _TOKEN.findall(self.folded)
+        return self._tokens
 
     def run(self) -> None:
         self._unicode()
         folded = self.folded
-        if any(hint in folded for hint in _CREDENTIAL_HINTS):
+        # Each pattern runs only where the word set (or a substring test) says it could match.
+        if not self.present.isdisjoint(_CREDENTIAL_WORDS) or any(piece in folded for piece in _CREDENTIAL_PIECES):
             for m in _CREDENTIAL.finditer(folded):
                 self.add("exfil.credential_path", Severity.HIGH, m.span(), "a credential file or directory",
                          prose_only=False)  # fmt: skip
         if "<" in folded or "[" in folded:
             for m in _MARKER.finditer(folded):
                 self.add("hidden.marker", Severity.HIGH, m.span(), "a tag or role marker addressed to the model")
-        for m in _ENCODED.finditer(self.joined):
-            run = m.group()
-            if not run.islower() and not run.isupper() and any(c.isdigit() for c in run):
-                self.add("hidden.encoded", Severity.MEDIUM, m.span(), "a long encoded payload", folded=False)
+        if _ENCODED_RUN in self.joined.encode("utf-8", "surrogatepass").translate(_ENCODED_BYTES):
+            for m in _ENCODED.finditer(self.joined):
+                run = m.group()
+                if not run.islower() and not run.isupper() and any(c.isdigit() for c in run):
+                    self.add("hidden.encoded", Severity.MEDIUM, m.span(), "a long encoded payload", folded=False)
         if "@" in folded or "+" in folded:
             self._recipients()
         self._words()
@@ -468,45 +550,35 @@ class _Scan:
 
     def _words(self) -> None:
         folded = self.folded
-        words: list[str] = _TOKEN.findall(folded)
-        present = set(words)
-        spans: list[tuple[int, int]] = []
-
-        def span(first: int, last: int) -> tuple[int, int]:
-            if not spans:  # positions only once something matched: most definitions match nothing
-                spans.extend(m.span() for m in _TOKEN.finditer(folded))
-            return spans[first][0], spans[last][1]
-
-        # Each first word present, found by `list.index` (in C): most words of a text start no phrase.
-        for word in present.intersection(_FIRST):
-            i = -1
-            while (i := _index(words, word, i + 1)) >= 0:
-                for phrase in _FIRST[word]:
-                    last = _match(words, i, phrase)
-                    if last is not None:
-                        self.add(phrase.check, phrase.severity, span(i, last), phrase.message)
-        if not present.isdisjoint(_ACTION) and not present.isdisjoint(_SECRET_WORDS | _SECRET_HEADS):
-            for first, last in _secrets(words):
+        present = self.present
+        span = self.span
+        if _possible(present):
+            words = self.tokens()
+            # Each first word present, found by `list.index` (in C): most words of a text start no phrase.
+            for word in _FIRST.keys() & set(words):
+                i = -1
+                while (i := _index(words, word, i + 1)) >= 0:
+                    for phrase in _FIRST[word]:
+                        last = _match(words, i, phrase)
+                        if last is not None:
+                            self.add(phrase.check, phrase.severity, span(i, last), phrase.message)
+        if not present.isdisjoint(_ACTION) and not present.isdisjoint(_SECRETS):
+            for first, last in _secrets(self.tokens()):
                 self.add("exfil.secret", Severity.HIGH, span(first, last), "a secret the text asks to pass along")
         if "http" in folded and not self.network():  # asked only when there is a URL: most texts have none
             for m in _URL.finditer(folded):
                 sentence = set(_TOKEN.findall(folded, *_sentence_around(folded, *m.span())))
                 if not sentence.isdisjoint(_NET_VERBS) or "?" in m.group() or "{" in m.group():
                     self.add("exfil.url", Severity.MEDIUM, m.span(), "a URL to send to, in a tool without network use")
-        if self.others[0] or self.others[1]:
+        if self.others is not _NO_NAMES:
             self._shadowing(present)
 
     def _shadowing(self, present: set[str]) -> None:
         """Another server's tool named: a word that is the name (or ends `_name`, as in
         `mcp_tool_send_email`), or for a name with `-` or `.`, that text between word boundaries."""
-        words, hyphenated = self.others
-        named = present & words
-        for token in present:  # the words are whole `\w` runs: those with `_` are the snake_case names
-            if "_" not in token:
-                continue
-            parts = token[:128].split("_")
-            named.update(name for k in range(1, len(parts)) if (name := "_".join(parts[k:])) in words)
-        named.update(name for name in hyphenated if name in self.folded)
+        by_last, folded = self.others.by_last, self.folded
+        named = {name for piece in present & self.others.lasts for name in by_last[piece] if name in folded}
+        named.update(name for name in self.others.always if name in folded)
         for name in named:
             for m in re.finditer(rf"(?<![\w.-])(?:\w*_)?{re.escape(name)}(?![\w-])", self.folded):
                 self.add("shadow.other_tool", Severity.HIGH, m.span(), "names another server's tool")
@@ -538,15 +610,35 @@ def _secrets(words: list[str]) -> Iterator[tuple[int, int]]:
         begin = stop + 1
 
 
-_Names = tuple[frozenset[str], frozenset[str]]
-_NO_NAMES: _Names = (frozenset(), frozenset())
+@dataclass(frozen=True, slots=True)
+class _Names:
+    """Other servers' tool names worth looking for, by their last piece (`email` for `send_email`,
+    `send` for `mail.send`): a text that names one holds that piece whole (the name's end is no
+    word character, the piece's start follows a separator or the name's start, which the name's
+    pattern puts after no word character or a `_`), so a text holding none is done in one set
+    operation."""
+
+    by_last: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    lasts: frozenset[str] = frozenset()
+    """The keys of `by_last`, as a set (a set operation with a set runs over the smaller one)."""
+    always: tuple[str, ...] = ()
+    """The names without a letter or digit: always searched."""
+
+
+_NO_NAMES = _Names()
 
 
 @functools.lru_cache(maxsize=64)
 def _distinct(others: frozenset[str]) -> _Names:
     names = {n.lower()[:128] for n in others if any(c in n for c in "_-.")}
-    words = frozenset(n for n in names if _WORD_ONLY.fullmatch(n))
-    return words, frozenset(names - words)
+    by_last: dict[str, list[str]] = {}
+    always: list[str] = []
+    for name in sorted(names):
+        if pieces := _PIECE.findall(name):
+            by_last.setdefault(pieces[-1], []).append(name)
+        else:
+            always.append(name)
+    return _Names({piece: tuple(names) for piece, names in by_last.items()}, frozenset(by_last), tuple(always))
 
 
 def _distinctive(others: Collection[str]) -> _Names:
@@ -566,9 +658,6 @@ def _distinctive(others: Collection[str]) -> _Names:
 _LAST_OTHERS: tuple[Collection[str], _Names] | None = None
 
 
-_WORD_ONLY = re.compile(r"\w+")
-
-
 def _index(words: list[str], word: str, start: int) -> int:
     try:
         return words.index(word, start)
@@ -579,27 +668,41 @@ def _index(words: list[str], word: str, start: int) -> int:
 _PROSE_KEYS = frozenset({"description", "title", "$comment", "default", "examples", "enum", "const"})
 
 
-def _texts(kind: str, definition: Mapping[str, Any]) -> list[_Text]:
-    texts = [
-        _Text(key, value, prose=key in ("title", "description"))
-        for key in ("name", "uriTemplate", "title", "description")
-        if isinstance(value := definition.get(key), str)
-    ]
+def _mapping(value: Any) -> TypeGuard[Mapping[str, Any]]:
+    """`isinstance(value, Mapping)`, answered without the ABC machinery for JSON's dicts and nulls."""
+    return type(value) is dict or (value is not None and isinstance(value, Mapping))
+
+
+def _texts(kind: str, definition: Mapping[str, Any], spots: list[Spot] | None) -> list[str]:
+    """The definition's texts in a fixed order; with `spots`, each one's place too (a second walk,
+    made only when something was found: building the paths is most of a walk's cost)."""
+    texts = []
+    for key in ("name", "uriTemplate", "title", "description"):
+        if isinstance(value := definition.get(key), str):
+            texts.append(value)
+            if spots is not None:
+                spots.append((key, key in ("title", "description")))
     annotations = definition.get("annotations")
-    if isinstance(annotations, Mapping) and isinstance(title := annotations.get("title"), str):
-        texts.append(_Text("annotations.title", title, prose=True))
+    if _mapping(annotations) and isinstance(title := annotations.get("title"), str):
+        texts.append(title)
+        if spots is not None:
+            spots.append(("annotations.title", True))
     if kind == "prompt" and isinstance(arguments := definition.get("arguments"), list):
         for n, argument in enumerate(arguments[:256]):
             if isinstance(argument, Mapping):
                 for key in ("name", "title", "description"):
                     if isinstance(value := argument.get(key), str):
-                        texts.append(_Text(f"arguments[{n}].{key}", value, prose=key != "name"))
+                        texts.append(value)
+                        if spots is not None:
+                            spots.append((f"arguments[{n}].{key}", key != "name"))
     for key in ("inputSchema", "outputSchema"):
-        _schema_texts(definition.get(key), key, texts)
+        _schema_texts(definition.get(key), key if spots is not None else "", texts, spots)
     return texts
 
 
-def _schema_texts(node: Any, where: str, texts: list[_Text], prose: bool = False, depth: int = 0) -> None:
+def _schema_texts(
+    node: Any, where: str, texts: list[str], spots: list[Spot] | None, prose: bool = False, depth: int = 0
+) -> None:
     """A schema's prose (descriptions, titles, enums, defaults, examples) and property names;
     not its keywords' values (`type`, `format`, `pattern`), which are no text for a reader.
     `_MAX_DEPTH` deep at most (a schema nested deeper is not examined past it)."""
@@ -610,21 +713,31 @@ def _schema_texts(node: Any, where: str, texts: list[_Text], prose: bool = False
             kind = type(value)
             if kind is str:
                 if prose or key in _PROSE_KEYS:
-                    texts.append(_Text(f"{where}.{key}", value, True))
+                    texts.append(value)
+                    if spots is not None:
+                        spots.append((f"{where}.{key}", True))
             elif kind is dict:
                 inner = prose or key in _PROSE_KEYS
                 if not inner and key in _NAMED:
-                    texts.extend(_Text(f"{where}.{key}.{name}", name, False) for name in value if type(name) is str)
-                _schema_texts(value, f"{where}.{key}", texts, inner, depth + 1)
+                    names = [name for name in value if type(name) is str]
+                    texts.extend(names)
+                    if spots is not None:
+                        spots.extend((f"{where}.{key}.{name}", False) for name in names)
+                _schema_texts(value, f"{where}.{key}" if spots is not None else "", texts, spots, inner, depth + 1)
             elif kind is list:
-                _schema_texts(value, f"{where}.{key}", texts, prose or key in _PROSE_KEYS, depth + 1)
+                inner = prose or key in _PROSE_KEYS
+                if not inner and all(type(item) is str for item in value):
+                    continue  # `required`, a `type` list: names, no text for a reader
+                _schema_texts(value, f"{where}.{key}" if spots is not None else "", texts, spots, inner, depth + 1)
     elif type(node) is list:
         for n, item in enumerate(node):
             if type(item) is str:
                 if prose:
-                    texts.append(_Text(f"{where}[{n}]", item, True))
+                    texts.append(item)
+                    if spots is not None:
+                        spots.append((f"{where}[{n}]", True))
             elif type(item) in (dict, list):
-                _schema_texts(item, f"{where}[{n}]", texts, prose, depth + 1)
+                _schema_texts(item, f"{where}[{n}]" if spots is not None else "", texts, spots, prose, depth + 1)
 
 
 _NAMED = frozenset({"properties", "patternProperties"})
@@ -656,8 +769,10 @@ def _capability(definition: Mapping[str, Any], scan: _Scan) -> None:
     description = definition.get("description")
     if not isinstance(description, str):
         return
+    if _WRITE.isdisjoint(scan.present):  # neither check's verbs (`_STRONG_WRITE` is within `_WRITE`)
+        return
     annotations = definition.get("annotations")
-    annotations = annotations if isinstance(annotations, Mapping) else {}
+    annotations = annotations if _mapping(annotations) else {}
     name = definition.get("name")
     first = _FIRST_PART.split(name[:128], maxsplit=1)[0].lower() if isinstance(name, str) else ""
     if annotations.get("readOnlyHint") is True:
@@ -670,6 +785,8 @@ def _capability(definition: Mapping[str, Any], scan: _Scan) -> None:
         )
     else:
         return
+    if verbs.isdisjoint(scan.present):  # the description's words are among the definition's
+        return
     text = description[:MAX_TEXT]
     folded, where = _fold(text)
     if verbs.isdisjoint(_WORD.findall(folded)):
@@ -678,8 +795,8 @@ def _capability(definition: Mapping[str, Any], scan: _Scan) -> None:
     for i, (word, s, e) in enumerate(words):
         if word in verbs and not any(words[j][0] in _NEG for j in range(max(0, i - 3), i)):
             span = (s, e) if where is None else (where[s], where[e - 1] + 1)
-            t = _Text("description", text, prose=True)
-            scan.out.append(Finding(check, Severity.MEDIUM, t.where, *span, _excerpt(text[span[0] : span[1]]), message))
+            excerpt = _excerpt(text[span[0] : span[1]])
+            scan.out.append(Finding(check, Severity.MEDIUM, "description", *span, excerpt, message))
             return
 
 
@@ -695,29 +812,29 @@ def scan(kind: str, definition: Mapping[str, Any], *, others: Collection[str] = 
         others: Lower-case names of the tools of *other* servers: a description naming one is shadowing.
             Only distinctive names count (with `_`, `-` or `.`), so that "search" or "fetch" in prose does not.
     """
-    texts = _texts(kind, definition)
-    if sum(len(t.text) for t in texts) > MAX_TOTAL - len(texts) or any(len(t.text) > MAX_TEXT for t in texts):
-        texts = _capped(texts)
-    network = (lambda: _networked(definition)) if kind == "tool" else (lambda: False)
-    state = _Scan(texts, _distinctive(others), network)
+    state = _Scan(kind, definition, _distinctive(others))
     state.run()
     if kind == "tool":
         _capability(definition, state)
     if not state.out:
         return ()
-    order = {t.where: n for n, t in reversed(list(enumerate(texts)))}
+    state.place()  # where only `_capability` found something
+    order = {where: n for n, (where, _) in reversed(list(enumerate(state.spots)))}
     state.out.sort(key=lambda f: (order.get(f.where, 0), f.start))
     return tuple(state.out[:_MAX_FINDINGS])
 
 
-def _capped(texts: list[_Text]) -> list[_Text]:
+def _too_long(texts: list[str]) -> bool:
+    return sum(map(len, texts)) > MAX_TOTAL - len(texts) or any(len(text) > MAX_TEXT for text in texts)
+
+
+def _capped(texts: list[str]) -> list[str]:
     """Each text cut to `MAX_TEXT`, and all of them to `MAX_TOTAL` together."""
-    kept: list[_Text] = []
+    kept: list[str] = []
     budget = MAX_TOTAL
-    for t in texts:
+    for text in texts:
         if budget <= 0:
             break
-        t.text = t.text[: min(MAX_TEXT, budget)]
-        budget -= len(t.text) + 1
-        kept.append(t)
+        kept.append(text[: min(MAX_TEXT, budget)])
+        budget -= len(kept[-1]) + 1
     return kept

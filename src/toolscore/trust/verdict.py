@@ -20,7 +20,16 @@ from pydantic import BaseModel
 from toolscore._glob import matches
 from toolscore.trust.poison import Finding, scan
 
-__all__ = ["POISONING_META", "Suspect", "approved", "digest_of", "flagged", "screen"]
+__all__ = [
+    "POISONING_META",
+    "Suspect",
+    "approved",
+    "canonical_json",
+    "digest_of",
+    "digest_of_text",
+    "flagged",
+    "screen",
+]
 
 POISONING_META = "io.toolscore/poisoning"
 """The `_meta` key of a listed definition the poisoning scan flagged: its digest and findings."""
@@ -67,10 +76,19 @@ class Suspect:
         return f"{what} listed with poisoning findings: {checks}"
 
 
+def canonical_json(definition: dict[str, Any]) -> str:
+    """The definition's canonical JSON (sorted keys, no spaces): what its digest covers."""
+    return json.dumps(definition, sort_keys=True, separators=(",", ":"))
+
+
+def digest_of_text(canonical: str) -> str:
+    """16 hex digits of the SHA-256 of a definition's canonical JSON (`canonical_json`)."""
+    return hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
 def digest_of(definition: dict[str, Any]) -> str:
     """16 hex digits of the SHA-256 of the definition's canonical JSON."""
-    canonical = json.dumps(definition, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    return digest_of_text(canonical_json(definition))
 
 
 def approved(name: str, digest: str, approvals: Sequence[str]) -> bool:
