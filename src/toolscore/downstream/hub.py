@@ -250,9 +250,12 @@ class DownstreamHub:
         for downstream in self.downstreams.values():
             if downstream.state is not ServerState.UP:
                 continue
+            caps = downstream.capabilities
+            if kind != "tools" and (
+                caps is None or getattr(caps, "prompts" if kind == "prompts" else "resources") is None
+            ):
+                continue  # the server lists none of these (now: a hint of an earlier connection stays behind)
             hint = downstream.list_hints.get(kind)
-            if hint is None and kind != "tools":
-                continue  # the server lists none of these
             if hint is not None and hint.stale(now):
                 downstream.relist()
             hints.append(hint)
