@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import sys
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import anyio
@@ -73,11 +72,10 @@ async def roots(context: Any) -> mcp_types.ListRootsResult:
     return mcp_types.ListRootsResult(roots=[mcp_types.Root(uri="file:///work/project")])
 
 
-async def until(condition: Any) -> None:
-    """Wait for `condition()` to hold (what the gateway does in its own tasks), at most 20 s."""
+async def until_open(gw: Gateway, server: str, count: int) -> None:
+    """Wait until `count` bridged calls are in progress on `server` (the gateway's own tasks end them)."""
     with anyio.fail_after(20):
-        while not condition():
-            await anyio.sleep(0.02)
+        await gw.hub.downstreams[server].bridge.until_open(count)
 
 
 async def test_an_elicitation_becomes_an_input_required_round_on_the_one_connection(
@@ -88,9 +86,11 @@ async def test_an_elicitation_becomes_an_input_required_round_on_the_one_connect
     async with Client(gw.server, elicitation_callback=named("Bob")) as client:
         first = await client.session.call_tool(tool, {}, allow_input_required=True)
         assert isinstance(first, mcp_types.InputRequiredResult) and first.input_requests and first.request_state
-        (question,) = first.input_requests.values()
+        # The server's own question, under the key it named for it (`io.toolscore/inputKey`).
+        assert list(first.input_requests) == ["user_name"]
+        question = first.input_requests["user_name"]
         assert isinstance(question, mcp_types.ElicitRequest) and question.params.message == "What is your name?"
-        (key,) = first.input_requests
+        key = "user_name"
         answer = {key: mcp_types.ElicitResult(action="accept", content={"name": "Ada"})}
         done = await client.session.call_tool(
             tool, {}, input_responses=answer, request_state=first.request_state, allow_input_required=True
@@ -231,7 +231,7 @@ async def test_a_client_that_never_retries_ends_the_exchange_after_the_bound(
         first = await client.session.call_tool(tool, {}, allow_input_required=True)
         assert isinstance(first, mcp_types.InputRequiredResult) and first.input_requests
         assert quick.bridge.open == 1
-        await until(lambda: quick.bridge.open == 0)  # `timeout: 1`: the server's call is cancelled
+        await until_open(gw, "quick", 0)  # `timeout: 1`: the server's call is cancelled
         (key,) = first.input_requests
         late = {key: mcp_types.ElicitResult(action="accept", content={"name": "Ada"})}
         with pytest.raises(MCPError) as refused:
@@ -243,15 +243,29 @@ async def test_a_client_that_never_retries_ends_the_exchange_after_the_bound(
 async def test_a_client_that_abandons_its_waiting_request_ends_the_exchange(
     gateway: tuple[Gateway, MemoryAuditSink],
 ) -> None:
-    gw, _ = gateway
-    b = gw.hub.downstreams["b"]
+    gw, sink = gateway
     async with Client(gw.server, elicitation_callback=named("x")) as client:
         with anyio.CancelScope() as scope:  # the server holds the call until released
             async with anyio.create_task_group() as group:
                 group.start_soon(client.call_tool, "b__ask", {"what": "elicitation", "text": "ok?"})
-                await until(lambda: b.bridge.open == 1)
+                await until_open(gw, "b", 1)
                 scope.cancel()
-        await until(lambda: b.bridge.open == 0)
-        # The call was withdrawn: released, nothing is waiting on the server any more.
+        await until_open(gw, "b", 0)  # the exchange ended with the request: the server's call is cancelled
+        assert [r.error_kind for r in sink.records if r.tool == "b__ask"] == ["cancelled"]
         released = await client.call_tool("b__release", {"count": 0})
-        assert not released.is_error
+        assert not released.is_error  # the server serves the next call
+
+
+async def test_answers_sent_with_the_first_request_answer_the_questions_they_name(
+    gateway: tuple[Gateway, MemoryAuditSink],
+) -> None:
+    gw, _ = gateway
+    given = {
+        "user_name": mcp_types.ElicitResult(action="accept", content={"name": "Eve"}),
+        "not_asked": mcp_types.ElicitResult(action="accept", content={"x": 1}),
+    }
+    async with Client(gw.server, elicitation_callback=named("unused")) as client:
+        done = await client.session.call_tool(
+            "c__test_input_required_result_elicitation", {}, input_responses=given, allow_input_required=True
+        )
+    assert isinstance(done, mcp_types.CallToolResult) and text(done) == "Hello, Eve!"

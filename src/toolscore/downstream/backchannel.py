@@ -77,8 +77,10 @@ class Peer(Protocol):
         """Ask the client's user (`elicitation/create`); an `ErrorData` if it cannot."""
         ...
 
-    async def list_roots(self, server: str) -> mcp_types.ListRootsResult | mcp_types.ErrorData:
-        """Ask the client for its roots (`roots/list`); an `ErrorData` if it cannot."""
+    async def list_roots(
+        self, server: str, params: mcp_types.RequestParams | None = None
+    ) -> mcp_types.ListRootsResult | mcp_types.ErrorData:
+        """Ask the client for its roots (`roots/list`, with the server's `params`); an `ErrorData` if it cannot."""
         ...
 
     async def log(self, server: str, params: mcp_types.LoggingMessageNotificationParams) -> None:

@@ -10,7 +10,8 @@ the server's one connection:
   declared and the server's `sampling` option): each request the server sends becomes a question;
 - the client's request waits for the call's end or for questions. Questions that arrive together
   (each within `SETTLE_SECONDS` of the last) make one round: the request is answered with an
-  input-required result asking them, under keys the gateway gives them, and a request state the
+  input-required result asking them, each under the key its server named in the request's `_meta`
+  (`INPUT_KEY_META`), else one the gateway gives it, and a request state the
   gateway seals (`toolscore._seal`: the exchange, the round, the tool or prompt, a digest of its
   arguments, the caller, an expiry);
 - the retry's request state is opened and checked: a forged, altered or expired one, one of another
@@ -20,6 +21,9 @@ the server's one connection:
 - a client that does not retry within the bound (the server's `timeout`, else `ANSWER_SECONDS`), or
   whose waiting request is cancelled or dropped, ends the exchange: the server's pending requests
   get an error and the call is cancelled (the server gets `notifications/cancelled`).
+
+A first request that carries `inputResponses` already (no request state) answers the server's
+questions whose key it holds at once, as a 2026-07-28 server reads the answers it was sent.
 
 Each round is a call through the engine of its own (policy, its deadline, an audit record), as a
 relayed round is (`toolscore.downstream.modern`).
@@ -57,6 +61,8 @@ ANSWER_SECONDS = 300.0
 """How long a round waits for the client's retry, for a server without a `timeout` of its own."""
 log = structlog.get_logger("toolscore.downstream")
 
+INPUT_KEY_META = "io.toolscore/inputKey"
+"""A server's request's `_meta` key: the key it wants its question to have in `inputRequests`."""
 _KEYS = {"sampling/createMessage": "sampling", "elicitation/create": "elicitation", "roots/list": "roots"}
 
 _T = TypeVar("_T")
@@ -70,6 +76,8 @@ class _Question:
 
     request: Any
     result_type: type[Any]
+    key: str | None = None
+    """The key the server named for it, if any (`INPUT_KEY_META`)."""
     answered: anyio.Event = field(default_factory=anyio.Event)
     answer: Any = None
 
@@ -77,6 +85,14 @@ class _Question:
         if not self.answered.is_set():
             self.answer = answer
             self.answered.set()
+
+
+def _named_key(request: Any) -> str | None:
+    """The key a server named for its request (`INPUT_KEY_META`), if a usable one."""
+    params = getattr(request, "params", None)
+    meta = getattr(params, "meta", None)
+    key = meta.get(INPUT_KEY_META) if isinstance(meta, dict) else None
+    return key if isinstance(key, str) and 0 < len(key) <= 128 else None
 
 
 def _refused(server: str, what: str, message: str) -> RelayedError:
@@ -111,6 +127,8 @@ class Exchange:
         self._ended: str | None = None
         self._waiting: CallScope | None = None
         self._progress: ProgressFn | None = None
+        self.given: dict[str, Any] = {}
+        """Answers the first request carried already (JSON, by key), for the questions named so."""
 
     # -- the server's side (an `InputChannel`) -----------------------------------------------
 
@@ -118,7 +136,14 @@ class Exchange:
         """The server's `request`, to go to the client in the next round; its answer when it comes."""
         if self.done or self._ended is not None:
             return self._gone()
-        question = _Question(request, result_type)
+        key = _named_key(request)
+        if key is not None and key in self.given:
+            try:
+                answer_given: _T = result_type.model_validate(self.given.pop(key), by_name=False)  # type: ignore[attr-defined]
+                return answer_given
+            except ValidationError:  # not an answer to this question: it is asked
+                pass
+        question = _Question(request, result_type, key)
         self._new.append(question)
         self._changed.set()
         await question.answered.wait()
@@ -272,7 +297,9 @@ class Exchange:
             return self._result
         requests: dict[str, Any] = {}
         for question in self._new:
-            key = f"{_KEYS.get(question.request.method, 'input')}_{next(self._keys)}"
+            key = question.key
+            if key is None or key in requests or key in self._asked:
+                key = f"{_KEYS.get(question.request.method, 'input')}_{next(self._keys)}"
             self._asked[key] = question
             requests[key] = question.request
         self._new.clear()
@@ -292,14 +319,25 @@ class Bridge:
         self.answer_seconds = answer_seconds
         self._sealer = Sealer()
         self._open: dict[str, Exchange] = {}
+        self._changed = anyio.Event()
 
     @property
     def open(self) -> int:
         """How many bridged calls are in progress (started and not ended)."""
         return len(self._open)
 
+    async def until_open(self, count: int) -> None:
+        """Return once `count` bridged calls are in progress."""
+        while len(self._open) != count:
+            await self._changed.wait()
+
+    def _told(self) -> None:
+        changed, self._changed = self._changed, anyio.Event()
+        changed.set()
+
     def forget(self, exchange: Exchange) -> None:
-        self._open.pop(exchange.ident, None)
+        if self._open.pop(exchange.ident, None) is not None:
+            self._told()
 
     def seal(self, exchange: Exchange) -> str:
         """The request state of `exchange`'s current round."""
@@ -334,11 +372,13 @@ class Bridge:
         bound = {"call": call_name, "args": digest(arguments), "caller": scope.caller}
         if front.request_state is None:
             exchange = Exchange(self, secrets.token_urlsafe(12), bound, what)
+            exchange.given = dict(front.input_responses or {})
             if scope.peer is not None:
                 exchange.peer = scope.peer.by_input(exchange)
             inner = replace(scope, peer=exchange.peer, front=None)
             forward = exchange.progress if progress is not None else None
             self._open[exchange.ident] = exchange
+            self._told()
 
             async def started() -> _T:
                 return await call(inner, forward)

@@ -957,7 +957,10 @@ class Downstream:
             peer = self._peer("a roots request")
             if isinstance(peer, mcp_types.ErrorData) and not self._peers:
                 peer = self.opened_for or peer
-        return peer if isinstance(peer, mcp_types.ErrorData) else await peer.list_roots(self.name)
+        if isinstance(peer, mcp_types.ErrorData):
+            return peer
+        meta = getattr(context, "meta", None)  # the server's `_meta` (`bridge.INPUT_KEY_META`, say)
+        return await peer.list_roots(self.name, mcp_types.RequestParams(_meta=meta) if meta else None)
 
     async def _on_log(self, params: mcp_types.LoggingMessageNotificationParams) -> None:
         peer = attribute(self._peers)

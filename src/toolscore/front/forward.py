@@ -216,9 +216,11 @@ class FrontPeer(Peer):
         answer = await self._forward(server, "an elicitation", "elicitation", request, mcp_types.ElicitResult)
         return answer
 
-    async def list_roots(self, server: str) -> mcp_types.ListRootsResult | mcp_types.ErrorData:
+    async def list_roots(
+        self, server: str, params: mcp_types.RequestParams | None = None
+    ) -> mcp_types.ListRootsResult | mcp_types.ErrorData:
         """Ask the client for its roots, if it declared roots."""
-        request = mcp_types.ListRootsRequest()
+        request = mcp_types.ListRootsRequest(params=params)
         answer: mcp_types.ListRootsResult | mcp_types.ErrorData
         answer = await self._forward(server, "a roots request", "roots", request, mcp_types.ListRootsResult)
         return answer
