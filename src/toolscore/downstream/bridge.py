@@ -98,7 +98,9 @@ def _named_key(request: Any) -> str | None:
 def _refused(server: str, what: str, message: str) -> RelayedError:
     """The client's retry refused: a JSON-RPC error (invalid params) the client gets as such."""
     error = mcp_types.ErrorData(code=mcp_types.INVALID_PARAMS, message=message)
-    return RelayedError.answered(server, what, error)
+    return RelayedError(
+        f"toolscore refused the retry of {what} on server '{server}': {message}.", server=server, error=error
+    )
 
 
 class Exchange:
@@ -128,6 +130,8 @@ class Exchange:
         self._waiting: CallScope | None = None
         self._progress: ProgressFn | None = None
         self.given: dict[str, Any] = {}
+        self.kept_until = 0.0
+        """Once done: until when its outcome waits for the retry of the round that was out."""
         """Answers the first request carried already (JSON, by key), for the questions named so."""
 
     # -- the server's side (an `InputChannel`) -----------------------------------------------
@@ -195,6 +199,10 @@ class Exchange:
 
     def _finish(self) -> None:
         self.done = True
+        # The call ended while a round was out (the server gave up waiting, say): the outcome is
+        # kept for that round's retry, as long as the round's state would have been good for.
+        kept = self._awaiting and self._ended is None
+        self.kept_until = anyio.current_time() + self._bridge.answer_seconds
         if self._result is None and self._error is None:
             why = self._ended or "its connection closed"
             self._error = DownstreamUnavailable(
@@ -204,7 +212,8 @@ class Exchange:
             question.settle(self._gone())
         self._new.clear()
         self._asked.clear()
-        self._bridge.forget(self)
+        if not kept:
+            self._bridge.forget(self)
         if self.peer is not None:
             self.peer.detach()
         self._changed.set()
@@ -292,6 +301,7 @@ class Exchange:
         finally:
             self._waiting = self._progress = None
         if self.done:
+            self._bridge.forget(self)
             if self._error is not None:
                 raise self._error
             return self._result
@@ -335,6 +345,12 @@ class Bridge:
         changed, self._changed = self._changed, anyio.Event()
         changed.set()
 
+    def _prune(self) -> None:
+        """Forget the ended calls whose outcome no retry came for in time."""
+        now = anyio.current_time()
+        for exchange in [e for e in self._open.values() if e.done and e.kept_until < now]:
+            self.forget(exchange)
+
     def forget(self, exchange: Exchange) -> None:
         if self._open.pop(exchange.ident, None) is not None:
             self._told()
@@ -371,6 +387,7 @@ class Bridge:
         assert front is not None
         bound = {"call": call_name, "args": digest(arguments), "caller": scope.caller}
         if front.request_state is None:
+            self._prune()
             exchange = Exchange(self, secrets.token_urlsafe(12), bound, what)
             exchange.given = dict(front.input_responses or {})
             if scope.peer is not None:

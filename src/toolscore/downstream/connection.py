@@ -287,6 +287,8 @@ class Downstream:
         self._modern: ModernLink | None = None
         """The 2026-07-28 connection for 2026-07-28 clients (`toolscore.downstream.modern`), per connection."""
         self._task_group: anyio.abc.TaskGroup | None = None
+        self._serving = anyio.Event()
+        """Set while `_task_group` is (the connection is up and served); replaced when it ends."""
         self._roots_peer: Peer | None = None
         """The client that announced a roots change, for the server's next `roots/list` (one answer)."""
         self.opened_for: Peer | None = None
@@ -412,14 +414,26 @@ class Downstream:
         raw = await self._relay("tools/call", {"name": tool, "arguments": arguments}, what, scope, progress)
         if raw is not None:
             return self._without_stamp(self._parse(raw, mcp_types.CallToolResult, what))
-        task_group = self._task_group
-        if scope.front is not None and task_group is not None:
+        task_group = await self._bridged(scope)
+        if task_group is not None:
             # A 2026-07-28 client on the handshake-era connection: what the server asks it by
             # back-channel becomes input-required rounds (`toolscore.downstream.bridge`).
             return await self.bridge.run(
                 task_group, tool, arguments, what, scope, progress, partial(self._main_call, tool, arguments)
             )
         return await self._main_call(tool, arguments, scope, progress)
+
+    async def _bridged(self, scope: CallScope) -> anyio.abc.TaskGroup | None:
+        """The connection's task group, where `scope`'s request is a 2026-07-28 client's to bridge
+        (the bridge runs the call there); None where it goes the plain way."""
+        if scope.front is None:
+            return None
+        if self._going_back_up():
+            await self._attempted.wait()  # as `_call_exchange` does
+        if self._task_group is None and self._client is not None:  # up, and about to be served
+            with anyio.move_on_after(self._connect_timeout):
+                await self._serving.wait()
+        return self._task_group
 
     async def _main_call(
         self, tool: str, arguments: Arguments, scope: CallScope, progress: ProgressFn | None
@@ -653,8 +667,8 @@ class Downstream:
                     return self._parse(raw, result_type, what)
                 except InputRequired as asked:
                     return asked.answer()
-            task_group = self._task_group
-            if scope.front is not None and task_group is not None:  # as `call` does
+            task_group = await self._bridged(scope)
+            if task_group is not None:  # as `call` does
 
                 async def main(inner: CallScope, progress: ProgressFn | None) -> Any:
                     return await self._main_request(request, result_type, what, inner, gated)
@@ -859,6 +873,7 @@ class Downstream:
 
             tg.start_soon(watch)
             self._task_group = tg  # the 2026-07-28 connection, if opened, lives and ends with this one
+            self._serving.set()
             # One process holds one state: a stdio server gets a second only when its entry asks.
             era = self.config.era or ("handshake" if self.transport.kind == "stdio" else "auto")
             if era != "handshake" and self.transport.kind != "sse":
@@ -882,6 +897,7 @@ class Downstream:
                     await self._on_tools_changed()
             finally:
                 self._task_group = self._modern = None
+                self._serving = anyio.Event()
         if lost.is_set() and self.error is None:
             self.error = "connection closed"
 
