@@ -18,9 +18,12 @@ suite on its own ground truths (`classify`), the same for every task:
 - `SUITE_act`: the tools whose call changed the environment;
 - `SUITE`: the others (reads of the user's own data: a balance, an IBAN).
 
-With the rule on, `"flow": {"untrusted": {"deny": ["SUITE_act__*", ...]}}`: data read from an
-untrusted result may not reach a tool that acts (a tool that acts and answers with untrusted data,
-such as `delete_file`, is on `SUITE_data` and denied by name), and `"flow_passthrough": "enforce"`.
+With the rule on, `"flow": {"untrusted": {"deny": ["SUITE_act__*", ...], "identifiers": "pass",
+"after_reading": "every_call"}}`: data read from an untrusted result may not reach a tool that acts
+(a tool that acts and answers with untrusted data, such as `delete_file`, is on `SUITE_data` and
+denied by name) unless it is an identifier (a number, one token: `--identifiers carry` to count
+those too), and no call the agent writes after reading untrusted data may (`--after-reading
+quoted`: only calls that quote it); `"flow_passthrough": "enforce"`.
 
 - **Utility**: each user task's ground-truth calls, then the suite's utility check (with the task's
   ground-truth answer text when every call ran).
@@ -509,11 +512,15 @@ def _number(ident: str) -> int:
     return int(ident.rsplit("_", 1)[-1])
 
 
+RULE_OPTIONS: dict[str, str] = {"identifiers": "pass", "after_reading": "every_call"}
+"""The flow rule's options (`--identifiers`, `--after-reading`)."""
+
+
 def gateway_config(world: World, deny: list[str], rule: bool) -> Any:
     servers = {name: ({"trust": "untrusted"} if rule and name.endswith("_data") else {}) for name in world.servers}
     if not rule:
         return memory_config(servers)
-    rule_section = {"untrusted": {"deny": deny}}
+    rule_section = {"untrusted": {"deny": deny, **RULE_OPTIONS}}
     return memory_config(servers, constraints={"enabled": True, "flow": rule_section, "flow_passthrough": "enforce"})
 
 
@@ -602,7 +609,12 @@ def main() -> None:
     parser.add_argument("--rule", choices=["off", "on", "both"], default="both")
     parser.add_argument("--agents", default=",".join(AGENTS), help="compromised agents to run: plan, direct")
     parser.add_argument("--verbose", action="store_true", help="name each lost task and each injection that succeeded")
+    parser.add_argument("--identifiers", choices=["pass", "carry"], default="pass", help="the rule's `identifiers`")
+    parser.add_argument(
+        "--after-reading", choices=["every_call", "quoted"], default="every_call", help="the rule's `after_reading`"
+    )
     options = parser.parse_args()
+    RULE_OPTIONS.update(identifiers=options.identifiers, after_reading=options.after_reading)
     configure_logging("ERROR")
     rules = {"off": [False], "on": [True], "both": [False, True]}[options.rule]
     if True in rules and not rule_available():
@@ -624,6 +636,7 @@ def main() -> None:
     table = [list(COLUMNS), *(row(name, f) for name, f in figures.items()), row("overall", total)]
     widths = [max(len(r[i]) for r in table) for i in range(len(COLUMNS))]
     print(f"\nAgentDojo {options.version}, ground-truth plans and a scripted fully compromised agent ({seconds:.0f} s)")
+    print(f"flow rule options: {RULE_OPTIONS}")
     for cells in table:
         print("  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths, strict=True))))
     print(

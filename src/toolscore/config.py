@@ -675,6 +675,13 @@ class FlowRule(_Frozen):
     """Tools that may never receive such data."""
     confirm: tuple[str, ...] = ()
     """Tools that may receive it only once the user agrees (refused in plans and `delegate`)."""
+    identifiers: Literal["carry", "pass"] = "carry"
+    """`pass`: a plan reference whose value is an identifier (a number, a boolean, or one token of
+    at most 64 characters without spaces) brings no label: it cannot hold an instruction."""
+    after_reading: Literal["quoted", "every_call"] = "quoted"
+    """For a call the model wrote after reading such data (a later `orchestrate` turn, a `delegate`
+    call, a client's own call): `quoted` labels it when its arguments quote what was read;
+    `every_call` labels every such call, since a model that read the text may have been steered."""
 
 
 def _trust(value: Any) -> Any:

@@ -31,10 +31,10 @@ PAGE = f'<web><echo id="page">{{"text": "{INJECTED}"}}</echo></web>'
 
 @asynccontextmanager
 async def flow_gateway(
-    tmp_path: Path, *, passthrough: str = "warn", sampling: Any = None, **client: Any
+    tmp_path: Path, *, passthrough: str = "warn", sampling: Any = None, rule: Any = None, **client: Any
 ) -> AsyncIterator[tuple[Client, MemoryAuditSink]]:
     servers = {"web": {"trust": "untrusted"}, "fx": {}}
-    constraints = {"enabled": True, "flow": RULE, "flow_passthrough": passthrough}
+    constraints = {"enabled": True, "flow": rule or RULE, "flow_passthrough": passthrough}
     async with (
         memory_gateway(tmp_path, servers, constraints=constraints) as (gw, sink),
         Client(gw.server, mode="legacy", sampling_callback=sampling, **client) as c,
@@ -380,3 +380,69 @@ async def test_a_later_turn_of_an_episode_that_quotes_an_untrusted_result_is_ref
     assert "step 1 (web__echo)" in step["error"]
     assert [s["status"] for s in steps(own)] == ["ok"]
     assert [p.name for p in tmp_path.glob("count-*")] == ["count-mine"]
+
+
+# -- narrower and wider rules: identifiers pass, every call after reading --------------------------
+
+IDS = {"untrusted": {**RULE["untrusted"], "identifiers": "pass"}}
+STEERED = {"untrusted": {**RULE["untrusted"], "after_reading": "every_call"}}
+
+
+async def test_with_identifiers_pass_an_id_from_an_untrusted_result_reaches_a_denied_tool(tmp_path: Path) -> None:
+    listing = '<web><echo id="page">{"text": "ch-general_01"}</echo></web>'
+    plan = listing + '<fx><counter>{"key": "${page.text}"}</counter></fx>'
+    async with flow_gateway(tmp_path, rule=IDS) as (client, _):
+        ran = await client.call_tool("orchestrate", {"plan": plan})
+        sentence = await client.call_tool(
+            "orchestrate", {"plan": PAGE + '<fx><counter>{"key": "${page.text}"}</counter></fx>'}
+        )
+        summary = await client.call_tool(
+            "orchestrate",
+            {
+                "plan": listing + '<fx><echo id="s">{"text": "about ${page.text} and more"}</echo></fx>'
+                '<fx><counter>{"key": "${s.text}"}</counter></fx>'
+            },
+        )
+    assert [s["status"] for s in steps(ran)] == ["ok", "ok"], text(ran)
+    assert (tmp_path / "count-ch-general_01").exists()
+    # A sentence is no identifier: judged when the step runs (the value is known then), and refused.
+    page, refused = steps(sentence)
+    assert page["status"] == "ok" and refused["status"] == "error"
+    assert "step 2 (fx__counter) may not receive untrusted data" in refused["error"]
+    # An identifier brings no label at all: a trusted step that quotes it passes none on.
+    assert [s["status"] for s in steps(summary)] == ["ok"] * 3, text(summary)
+    async with flow_gateway(tmp_path / "carry", rule=RULE) as (client, _):
+        (tmp_path / "carry").mkdir(exist_ok=True)
+        refused_whole = await client.call_tool("orchestrate", {"plan": plan})
+    assert refused_whole.is_error and 'code="flow" step="2"' in text(refused_whole)  # the default carries it
+
+
+async def test_with_every_call_after_reading_a_later_turn_is_refused_though_it_quotes_nothing(tmp_path: Path) -> None:
+    async with flow_gateway(tmp_path, rule=STEERED) as (client, _):
+        first = await client.call_tool("orchestrate", {"plan": PAGE})
+        assert first.structured_content is not None, text(first)
+        episode = first.structured_content["episode"]
+        steered = '<fx><echo>{"text": "a read"}</echo></fx><fx><counter>{"key": "chosen"}</counter></fx>'
+        second = await client.call_tool("orchestrate", {"plan": steered, "episode": episode})
+        fresh = await client.call_tool("orchestrate", {"plan": '<fx><counter>{"key": "mine"}</counter></fx>'})
+    read, refused = steps(second)
+    assert refused["status"] == "error", refused
+    assert (
+        "step 1 (web__echo), read in an earlier turn, which the model read before it wrote this call"
+        in (refused["error"])
+    )
+    assert read["status"] == "ok"  # the rule leaves out tools it does not name
+    assert [s["status"] for s in steps(fresh)] == ["ok"]  # a new episode has read nothing
+    assert [p.name for p in tmp_path.glob("count-*")] == ["count-mine"]
+
+
+async def test_with_every_call_after_reading_a_clients_own_calls_are_refused_once_it_read_untrusted(
+    tmp_path: Path,
+) -> None:
+    async with flow_gateway(tmp_path, passthrough="enforce", rule=STEERED) as (client, _):
+        before = await client.call_tool("fx__counter", {"key": "before"})
+        assert not (await client.call_tool("web__echo", {"text": INJECTED})).is_error
+        after = await client.call_tool("fx__counter", {"key": "after"})
+    assert not before.is_error
+    assert after.is_error and "an earlier result of web__echo, which this client read before this call" in text(after)
+    assert [p.name for p in tmp_path.glob("count-*")] == ["count-before"]

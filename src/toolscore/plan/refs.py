@@ -43,6 +43,7 @@ __all__ = [
     "parse_template",
     "resolve",
     "step_like",
+    "value_of",
 ]
 
 VALUE_FIELDS = frozenset({"status", "text", "json", "error", "ms", "attempts", "server", "tool"})
@@ -297,6 +298,11 @@ def _walk(
             ]
         value = value[segment]
     return value
+
+
+def value_of(ref: Ref, lookup: Callable[[int | str], Mapping[str, Any] | None]) -> Any:
+    """What one reference reads (`RefError` where it reads nothing; None for an optional one)."""
+    return _value_of(ref, lookup)
 
 
 def _value_of(ref: Ref, lookup: Callable[[int | str], Mapping[str, Any] | None]) -> Any:

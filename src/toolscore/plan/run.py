@@ -42,9 +42,9 @@ from toolscore.plan.nodes import (
     CheckedStep,
     Status,
 )
-from toolscore.plan.refs import resolve
+from toolscore.plan.refs import Ref, resolve, value_of
 from toolscore.scope import NO_CLIENT, CallScope
-from toolscore.trust.labels import StepTaint, Taint, block_steps, join
+from toolscore.trust.labels import StepTaint, Taint, block_steps, identifier, join
 from toolscore.types import ProgressFn
 
 __all__ = [
@@ -348,15 +348,18 @@ class PlanRunner:
             return
         # The labels its references bring, in the step's own scope for the flow hook to judge (and
         # complete with its server's); the calls of a capability step carry them too.
-        taint = StepTaint(call.step, self._labels(call))
+        labels, text = self._labels(call)
+        taint = StepTaint(call.step, labels, text=text)
         try:
             await self._step(call, arguments, record, replace(self._scope, taint=taint))
         finally:
             record.labels = taint.result if taint.result is not None else taint.arguments
 
-    def _labels(self, call: CheckedStep) -> dict[str, str]:
-        """The union of the labels of every result a step's references read."""
+    def _labels(self, call: CheckedStep) -> tuple[dict[str, str], dict[str, str]]:
+        """The union of the labels of every result a step's references read, and of those read
+        with a value that is no identifier (a rule may let identifiers through)."""
         found: dict[str, str] = {}
+        text: dict[str, str] = {}
         for ref in call.refs:
             target = ref.target
             if isinstance(target, str) and target in self._episode.block_steps:
@@ -364,8 +367,18 @@ class PlanRunner:
             else:
                 record = self._source_record(target)
                 steps = (record.step,) if record is not None else ()
-            found = join(found, *(self._episode.steps[s].labels for s in steps if s in self._episode.steps))
-        return found
+            labels = join(*(self._episode.steps[s].labels for s in steps if s in self._episode.steps))
+            found = join(found, labels)
+            if labels and not self._identifier(ref):
+                text = join(text, labels)
+        return found, text
+
+    def _identifier(self, ref: Ref) -> bool:
+        """Whether the reference reads an identifier (one that reads nothing counts as text)."""
+        try:
+            return identifier(value_of(ref, self._episode.lookup))
+        except RefError:
+            return False
 
     async def _step(self, call: CheckedStep, arguments: dict[str, Any], record: StepRecord, scope: CallScope) -> None:
         if isinstance(call, CheckedCapability):

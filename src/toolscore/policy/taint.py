@@ -8,7 +8,10 @@ its arguments as shown). The hook completes the step's labels with its server's,
 that reference it.
 
 A client's own call (no plan) carries the labels of the client's recent untrusted results that its
-arguments quote, kept per caller by the post hook. `flow_passthrough` says what follows: `warn`
+arguments quote, kept per caller by the post hook. Under `after_reading: every_call` a call the
+model wrote after reading untrusted results (a later turn, a `delegate` call, a client's own call)
+carries `untrusted` whether or not it quotes them; under `identifiers: pass` a plan reference whose
+value is an identifier brings no label. `flow_passthrough` says what follows: `warn`
 (logged, and a violation in the audit record), `enforce` (refused; `confirm` asks the user), or
 `off` (nothing kept). Without a `flow` rule neither hook exists, so the engine's express lane stays open.
 """
@@ -92,9 +95,15 @@ class FlowHooks:
         names = (route.public_name, route.canonical)
         step = ctx.scope.taint
         if ctx.plan_id is not None:
-            taint = dict(step.arguments) if step is not None else {}
+            taint = {}
+            if step is not None:  # a label brought only by identifiers stays behind where its rule says
+                text = step.text if step.text is not None else step.arguments
+                taint = {k: v for k, v in step.arguments.items() if k in text or not self.rules.passes_identifiers(k)}
             seen = ctx.scope.seen
-            if seen is not None and (origin := quoted(ctx.arguments, seen())) is not None:
+            read = list(seen()) if seen is not None else []
+            if read and self.rules.every_call(UNTRUSTED):
+                taint = join(taint, {UNTRUSTED: f"{read[0][1]}, which the model read before it wrote this call"})
+            elif read and (origin := quoted(ctx.arguments, read)) is not None:
                 taint = join(taint, {UNTRUSTED: f"{origin}, which the model read and these arguments quote"})
             if step is not None:
                 own = self.trust.labels(route.server, route.remote_name, f"step {step.step} ({route.public_name})")
@@ -116,10 +125,12 @@ class FlowHooks:
         recent = self._callers.get(ctx.scope.caller)
         if recent is None or not recent.results:
             return None
-        origin = quoted(ctx.arguments, reversed(recent.results))
-        if origin is None:
+        if self.rules.every_call(UNTRUSTED):
+            taint = {UNTRUSTED: f"{recent.results[-1][1]}, which this client read before this call"}
+        elif (origin := quoted(ctx.arguments, reversed(recent.results))) is not None:
+            taint = {UNTRUSTED: f"{origin}, which these arguments quote"}
+        else:
             return None
-        taint = {UNTRUSTED: f"{origin}, which these arguments quote"}
         verdict = self.rules.verdict(names, taint)
         if verdict is None:
             return None

@@ -13,6 +13,10 @@ Labels reach a call two ways:
   them. A call whose arguments hold 8 or more characters in a row of a labelled text carries its
   labels. Text that was paraphrased, re-encoded or split into shorter pieces escapes this.
 
+A rule can narrow or widen both: `identifiers: pass` lets a reference whose value is an
+identifier (`identifier`) bring no label, and `after_reading: every_call` labels every call a model
+wrote after it read such data, quoted or not (it may have been steered).
+
 The `flow` rule (`FlowRules`) then says which labels may reach which tools. A running step's
 labels (`StepTaint`) and a `delegate` task's reading (`Seen`) travel in the call's scope
 (`CallScope.taint`, `CallScope.seen`) from the plan runner and the loop to the policy hook.
@@ -39,6 +43,7 @@ __all__ = [
     "Taint",
     "Trust",
     "block_steps",
+    "identifier",
     "join",
     "plan_problems",
     "quoted",
@@ -90,12 +95,34 @@ class Trust:
 
 Outcome = Literal["deny", "confirm"]
 
+IDENTIFIER_CHARS = 64
+"""The longest string that counts as an identifier."""
+
+
+def identifier(value: Any) -> bool:
+    """Whether a value is too small to hold an instruction: a number, a boolean, null, or one token
+    (at most `IDENTIFIER_CHARS` characters, none of them a space, a line break, a control or an
+    invisible character): an id, an e-mail address, an account number, a date, a channel's name."""
+    if value is None or isinstance(value, bool | int | float):
+        return True
+    return isinstance(value, str) and len(value) <= IDENTIFIER_CHARS and value.isprintable() and " " not in value
+
 
 class FlowRules:
     """The `flow` rule: label -> tools it may not reach (`deny`) or only with the user's yes (`confirm`)."""
 
     def __init__(self, rules: Mapping[str, FlowRule]) -> None:
         self._rules = dict(rules)
+
+    def passes_identifiers(self, label: str) -> bool:
+        """Whether a reference whose value is an identifier brings no `label` (`identifiers: pass`)."""
+        rule = self._rules.get(label)
+        return rule is not None and rule.identifiers == "pass"
+
+    def every_call(self, label: str) -> bool:
+        """Whether every call a model wrote after reading `label` data carries it (`after_reading`)."""
+        rule = self._rules.get(label)
+        return rule is not None and rule.after_reading == "every_call"
 
     def verdict(self, names: Sequence[str], taint: Taint) -> tuple[Outcome, str, str] | None:
         """(outcome, label, glob) for a call of the tool known by `names` whose arguments carry
@@ -187,7 +214,8 @@ def refusal(step: int, tool: str, verdict: tuple[Outcome, str, str], taint: Tain
 def plan_problems(plan: CheckedPlan, trust: Trust, rules: FlowRules) -> list[PlanProblem]:
     """Every step of a plan whose references bring it labels the flow rule refuses, before any step
     runs; a `confirm` is a step the user must approve with the plan (`NEEDS_APPROVAL`: lifted when
-    the client can be asked). References to earlier turns are checked when the step runs."""
+    the client can be asked). References to earlier turns are checked when the step runs, and so
+    are labels whose rule lets identifiers pass (the values are known then)."""
     from toolscore.plan.approval import NEEDS_APPROVAL  # loaded with the first plan, as the plan machinery
 
     blocks = block_steps(plan)
@@ -206,7 +234,9 @@ def plan_problems(plan: CheckedPlan, trust: Trust, rules: FlowRules) -> list[Pla
         if not isinstance(call, CheckedCall):
             results[call.step] = taint  # a capability's tools are known when it runs
             continue
-        verdict = rules.verdict(_names(call), taint)
+        verdict = rules.verdict(_names(call), {k: v for k, v in taint.items() if not rules.passes_identifiers(k)})
+        if verdict is None and (loose := rules.verdict(_names(call), taint)) is not None and loose[0] == "confirm":
+            verdict = loose  # asked with the plan; its values decide when the step runs
         if verdict is not None:
             node = call.node
             message = refusal(call.step, call.route.public_name, verdict, taint, plan=True)
@@ -225,6 +255,9 @@ class StepTaint:
     arguments: dict[str, str]
     result: dict[str, str] | None = None
     """The labels of the step's result, once the hook saw its call (None: no hook ran)."""
+    text: dict[str, str] | None = None
+    """Of `arguments`, the labels some reference brought with a value that is no identifier (None:
+    not told apart, all of them): a rule with `identifiers: pass` drops the others."""
 
 
 Seen = Callable[[], Iterable[tuple[str, str]]]
