@@ -155,25 +155,32 @@ async def http_client(url: str, token: str | None, mode: str) -> AsyncIterator[C
 
 
 def start_http_gateway(config: Path, *, env: dict[str, str] | None = None) -> tuple[subprocess.Popen[bytes], str]:
-    """`toolscore serve --transport http` on a free loopback port, once it answers; (process, base URL)."""
+    """`toolscore serve --transport http` on a free loopback port, once it answers; (process, base URL).
+
+    Its stderr goes to `gateway-stderr.txt` beside the config, and is quoted when it does not come up.
+    """
     port = free_port()
-    proc = subprocess.Popen(
-        [TOOLSCORE, "serve", "--transport", "http", "--port", str(port), "--config", str(config)],
-        stderr=subprocess.DEVNULL,
-        env={**os.environ, **(env or {})},
-    )
+    errlog = config.parent / "gateway-stderr.txt"
+    with errlog.open("ab") as sink:
+        proc = subprocess.Popen(
+            [TOOLSCORE, "serve", "--transport", "http", "--port", str(port), "--config", str(config)],
+            stderr=sink,
+            env={**os.environ, **(env or {})},
+        )
     base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
+    # A hang detector, not a speed check: a loaded machine can take many seconds to start Python.
+    deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:
-            httpx2.get(base + "/", timeout=1)
+            httpx2.get(base + "/", timeout=10)
             return proc, base
         except httpx2.TransportError:
             if proc.poll() is not None:
-                raise RuntimeError(f"the gateway exited with {proc.returncode}") from None
+                raise RuntimeError(f"the gateway exited with {proc.returncode}: {errlog.read_text()[-2000:]}") from None
             time.sleep(0.1)
     proc.kill()
-    raise RuntimeError("the gateway did not answer within 30 s")
+    proc.wait()  # reaped here, or its Popen warns inside whichever test runs next
+    raise RuntimeError(f"the gateway did not answer within 60 s: {errlog.read_text()[-2000:]}")
 
 
 @contextmanager

@@ -30,7 +30,7 @@ def http_fixture(tmp_path: Path) -> Iterator[Callable[[str], int]]:
     yield start
     for proc in procs:
         proc.terminate()
-        proc.wait(10)
+        proc.wait(60)
 
 
 @pytest.mark.parametrize(("flag", "entry"), [("--http", {"type": "http"}), ("--sse", {"type": "sse"})])

@@ -56,6 +56,7 @@ async def _serve_one_call(config: Path, env: dict[str, str]) -> bool:
             await process.wait()
         if process.returncode is None:
             process.kill()
+            await process.wait()
     return "uvloop" in maps
 
 

@@ -110,6 +110,7 @@ async def gateway(
                 await process.wait()
             if process.returncode is None:
                 process.kill()
+            await process.wait()
 
 
 @asynccontextmanager

@@ -213,14 +213,14 @@ def http_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         while True:  # until it listens (the ceiling: the test's own timeout)
             assert proc.poll() is None, "the gateway exited"
             try:
-                httpx2.get(f"http://127.0.0.1:{port}/", timeout=1)
+                httpx2.get(f"http://127.0.0.1:{port}/", timeout=10)
                 break
             except httpx2.TransportError:
                 time.sleep(0.1)
         yield f"http://127.0.0.1:{port}/mcp"
     finally:
         proc.terminate()
-        proc.wait(timeout=15)
+        proc.wait(timeout=60)
 
 
 @pytest.mark.parametrize("mode", ["legacy", "auto"])  # a handshake session; 2026-07-28 requests

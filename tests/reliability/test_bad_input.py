@@ -84,7 +84,7 @@ def http(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Http]:
     deadline = time.monotonic() + 60
     while True:
         try:
-            httpx2.get(f"http://127.0.0.1:{port}/", timeout=1)
+            httpx2.get(f"http://127.0.0.1:{port}/", timeout=10)
             break
         except httpx2.TransportError:
             assert time.monotonic() < deadline and proc.poll() is None, "the gateway did not start"

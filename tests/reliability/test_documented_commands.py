@@ -196,7 +196,7 @@ def _wait_http(proc: subprocess.Popen[bytes], command: str, port: int, scheme: s
     while True:
         assert proc.poll() is None, f"{command!r} exited {proc.returncode}"
         try:
-            assert httpx2.get(f"{scheme}://127.0.0.1:{port}/mcp", timeout=2, verify=False).status_code < 500
+            assert httpx2.get(f"{scheme}://127.0.0.1:{port}/mcp", timeout=10, verify=False).status_code < 500
             return
         except httpx2.TransportError:
             assert time.monotonic() < deadline, f"{command!r} did not start serving"

@@ -35,7 +35,7 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     import redis
 
     client = redis.Redis.from_url(url)
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 60  # a hang detector: redis starts in milliseconds when idle
     while True:
         try:
             client.ping()
@@ -43,6 +43,7 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         except redis.ConnectionError:
             if time.monotonic() > deadline:
                 proc.kill()
+                proc.wait()
                 raise
             time.sleep(0.05)
     client.close()

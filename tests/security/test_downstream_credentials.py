@@ -165,7 +165,7 @@ def downstreams(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, 
     yield found
     for proc in procs:
         proc.terminate()
-        proc.wait(10)
+        proc.wait(60)
 
 
 def _listening(url: str) -> None:
@@ -173,7 +173,7 @@ def _listening(url: str) -> None:
     deadline = time.monotonic() + 60
     while True:
         try:
-            with httpx2.stream("GET", url, timeout=1):
+            with httpx2.stream("GET", url, timeout=10):
                 return
         except httpx2.TransportError:
             assert time.monotonic() < deadline, f"the fixture server at {url} did not start"
@@ -238,7 +238,7 @@ def _gateway_on(config: Path, port: int, env: dict[str, str]) -> Iterator[str]:
         while True:
             assert proc.poll() is None, "the gateway exited"
             try:
-                httpx2.get(base + "/", timeout=1)
+                httpx2.get(base + "/", timeout=10)
                 break
             except httpx2.TransportError:
                 assert time.monotonic() < deadline, "the gateway did not start listening"
@@ -246,7 +246,7 @@ def _gateway_on(config: Path, port: int, env: dict[str, str]) -> Iterator[str]:
         yield base
     finally:
         proc.terminate()
-        assert proc.wait(timeout=30) == 0
+        assert proc.wait(timeout=60) == 0
 
 
 async def _call(url: str, token: str, tool: str, text: str, *, mode: str = "legacy") -> tuple[bool, str]:
@@ -388,7 +388,7 @@ def recording_server(tmp_path: Path) -> Iterator[Any]:
     yield start
     for proc in procs:
         proc.terminate()
-        proc.wait(10)
+        proc.wait(60)
 
 
 @pytest.mark.e2e

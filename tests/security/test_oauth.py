@@ -575,14 +575,14 @@ def oauth_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[st
     while True:
         assert proc.poll() is None, "the gateway exited"
         try:
-            httpx2.get(f"http://127.0.0.1:{port}/", timeout=1)
+            httpx2.get(f"http://127.0.0.1:{port}/", timeout=60)
             break
         except httpx2.TransportError:
             assert time.monotonic() < deadline, "the gateway did not start listening"
             time.sleep(0.1)
     yield f"http://127.0.0.1:{port}/mcp", issuer
     proc.terminate()
-    assert proc.wait(timeout=15) == 0
+    assert proc.wait(timeout=60) == 0
 
 
 @pytest.mark.e2e
@@ -605,10 +605,10 @@ async def test_a_real_client_calls_a_tool_with_an_access_token_and_is_refused_wi
     ):
         result = await client.call_tool("fx__echo", {"text": "hi"})
         assert text(result) == "hi"
-    refused = httpx2.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "ping"}, timeout=10)
+    refused = httpx2.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "ping"}, timeout=60)
     assert refused.status_code == 401
     assert refused.headers["www-authenticate"].startswith(f'Bearer resource_metadata="{url.removesuffix("/mcp")}')
-    metadata = httpx2.get(url.removesuffix("/mcp") + "/.well-known/oauth-protected-resource/mcp", timeout=10)
+    metadata = httpx2.get(url.removesuffix("/mcp") + "/.well-known/oauth-protected-resource/mcp", timeout=60)
     assert metadata.json()["resource"] == url and metadata.json()["authorization_servers"] == [ISSUER]
     with pytest.raises(ExceptionGroup) as refusal:
         async with (

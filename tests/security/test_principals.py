@@ -76,7 +76,7 @@ def _start(tmp_path: Path, *flags: str) -> tuple[subprocess.Popen[bytes], str]:
     while True:
         assert proc.poll() is None, "the gateway exited"
         try:
-            httpx2.get(f"http://127.0.0.1:{port}/", timeout=1)
+            httpx2.get(f"http://127.0.0.1:{port}/", timeout=10)
             return proc, f"http://127.0.0.1:{port}/mcp"
         except httpx2.TransportError:
             assert time.monotonic() < deadline, "the gateway did not start listening"
@@ -85,7 +85,7 @@ def _start(tmp_path: Path, *flags: str) -> tuple[subprocess.Popen[bytes], str]:
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
     proc.terminate()
-    assert proc.wait(timeout=15) == 0
+    assert proc.wait(timeout=60) == 0
 
 
 @pytest.fixture(scope="module")

@@ -360,7 +360,7 @@ def test_the_launcher_bridges_a_directory_nobody_cannot_enter_and_hands_on_no_de
         proc = subprocess.run(
             [str(LAUNCHER), "--ro", str(private_tree), "/data", "--file", "/etc/passwd", "nobody:x:65534:65534::/:",
              "--", *BWRAP_MIN, "/bin/sh", "-c", script],
-            pass_fds=[leaked], capture_output=True, text=True, timeout=30, check=False,
+            pass_fds=[leaked], capture_output=True, text=True, timeout=60, check=False,
         )  # fmt: skip
     finally:
         os.close(leaked)
@@ -372,7 +372,7 @@ def test_the_launcher_bridges_a_directory_nobody_cannot_enter_and_hands_on_no_de
 def test_a_non_root_launcher_names_the_path_it_cannot_reach(private_tree: Path) -> None:
     proc = subprocess.run(
         [*AS_NOBODY, str(LAUNCHER), "--ro", str(private_tree), "/data", "--", *BWRAP_MIN, "/bin/true"],
-        capture_output=True, text=True, timeout=30, check=False,
+        capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert proc.returncode == 1
     assert proc.stderr.count("\n") == 1 and str(private_tree) in proc.stderr, proc.stderr
