@@ -194,7 +194,12 @@ def _spawn(libc: ctypes.CDLL, control: socket.socket, data: bytes, fds: list[int
             os.close(fd)
         return None
     parent = os.getpid()
-    pid = os.fork()
+    try:
+        pid = os.fork()
+    except OSError:  # out of processes or memory: this server fails to start, the others go on
+        for fd in fds:
+            os.close(fd)
+        return None
     if pid == 0:
         try:
             control.close()

@@ -93,6 +93,7 @@ class _Reaper:
     def start(self, argv: list[str], env: Mapping[str, str], cwd: str | None, fds: list[int]) -> int:
         """Have the reaper start `argv` with `fds` as its stdin, stdout and stderr; its pid."""
         request = json.dumps({"argv": argv, "env": dict(env), "cwd": cwd}).encode()
+        self._control.settimeout(_ANSWER_SECONDS)  # `exit_status` may have left it non-blocking
         socket.send_fds(self._control, [request], fds)
         deadline = time.monotonic() + _ANSWER_SECONDS
         while not self._answers:
