@@ -446,3 +446,20 @@ async def test_with_every_call_after_reading_a_clients_own_calls_are_refused_onc
     assert not before.is_error
     assert after.is_error and "an earlier result of web__echo, which this client read before this call" in text(after)
     assert [p.name for p in tmp_path.glob("count-*")] == ["count-before"]
+
+
+async def test_with_every_call_after_reading_a_delegate_call_is_refused_though_it_quotes_nothing(
+    tmp_path: Path,
+) -> None:
+    turns = [
+        '<fx><counter>{"key": "first"}</counter></fx><execute_tools />',  # before any reading: runs
+        f'<web><echo>{{"text": "{INJECTED}"}}</echo></web><execute_tools />',
+        '<fx><counter>{"key": "unrelated"}</counter></fx><execute_tools />',  # after it: refused
+        "<answer>done</answer>",
+    ]
+    async with flow_gateway(tmp_path, sampling=sampler(turns, []), rule=STEERED) as (client, sink):
+        result = await client.call_tool("delegate", {"task": "count, read the page, count again"})
+    assert not result.is_error, text(result)
+    refusal = next(r for r in sink.records if r.tool == "fx__counter" and r.violations)
+    assert "which the model read before it wrote this call" in refusal.violations[0]
+    assert [p.name for p in tmp_path.glob("count-*")] == ["count-first"]
