@@ -287,3 +287,21 @@ async def test_a_retry_after_the_server_went_away_gets_that_and_the_next_call_is
         assert ended.is_error and "Server 'r'" in text(ended) and "clos" in text(ended)
         assert text(await client.call_tool(tool)) == "Hello, x!"  # on the server started again
     assert r.connects == 2
+
+
+async def test_a_parked_call_does_not_keep_a_handshake_client_from_being_asked(
+    gateway: tuple[Gateway, MemoryAuditSink],
+) -> None:
+    gw, _ = gateway
+    tool = "c__test_input_required_result_elicitation"
+    async with (
+        Client(gw.server, elicitation_callback=named("unused")) as modern,
+        Client(gw.server, mode="legacy", elicitation_callback=named("Leg")) as legacy,
+    ):
+        first = await modern.session.call_tool(tool, {}, allow_input_required=True)
+        assert isinstance(first, mcp_types.InputRequiredResult) and first.request_state
+        # The 2026-07-28 call waits on its client; the server's next question is the other call's.
+        assert text(await legacy.call_tool(tool)) == "Hello, Leg!"
+        answer = {"user_name": mcp_types.ElicitResult(action="accept", content={"name": "Ada"})}
+        done = await modern.session.call_tool(tool, {}, input_responses=answer, request_state=first.request_state)
+    assert isinstance(done, mcp_types.CallToolResult) and text(done) == "Hello, Ada!"
