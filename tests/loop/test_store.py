@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sqlite3
+import threading
 from pathlib import Path
 
 import anyio
@@ -104,3 +106,47 @@ def test_a_principal_owns_the_episodes_of_its_sessions_and_a_bare_connection_its
     assert owner_of("principal:alice/c7") == "principal:alice"
     assert owner_of("principal:bob/c7") != owner_of("principal:alice/c7")
     assert owner_of("c7") == owner_of("c8") == "connection"
+
+
+async def test_a_plan_answers_while_its_save_waits_and_a_clean_stop_writes_it(tmp_path: Path) -> None:
+    # Another connection holds the file's write lock: the episode's save cannot land until it is let go.
+    blocker = sqlite3.connect(tmp_path / "episodes.sqlite3", check_same_thread=False, isolation_level=None)
+    blocker.execute("PRAGMA journal_mode=WAL")
+    blocker.execute(
+        "CREATE TABLE IF NOT EXISTS episodes (kind TEXT NOT NULL, id TEXT NOT NULL, caller TEXT NOT NULL, "
+        "expires REAL NOT NULL, data TEXT NOT NULL, PRIMARY KEY (kind, id))"
+    )
+    blocker.execute("BEGIN IMMEDIATE")
+    release = threading.Timer(0.5, blocker.commit)
+    try:
+        async with loop_gateway(tmp_path, None) as (gw, _sink), Client(gw.server) as client:
+            first = await client.call_tool("orchestrate", {"plan": '<fx><echo id="e">{"text": "kept"}</echo></fx>'})
+            # The answer came with the save still queued behind the lock (it used to wait, and fail).
+            assert not first.is_error and "could not be saved" not in text(first), text(first)
+            assert first.structured_content is not None
+            episode = first.structured_content["episode"]
+            assert blocker.execute("SELECT count(*) FROM episodes").fetchone() == (0,)
+            release.start()  # the gateway stops with the save pending: closing writes it
+    finally:
+        release.cancel()
+        blocker.close()
+    async with loop_gateway(tmp_path, None) as (gw, _sink), Client(gw.server) as client:
+        later = await client.call_tool(
+            "orchestrate", {"plan": '<fx><echo>{"text": "${e.text} again"}</echo></fx>', "episode": episode}
+        )
+        assert not later.is_error, text(later)
+        assert "kept again" in text(later)
+
+
+async def test_a_read_waits_for_the_save_queued_before_it(tmp_path: Path) -> None:
+    db = EpisodeDB(tmp_path / "e.sqlite3", ttl_seconds=60)
+    for n in range(20):
+        db.put_soon("plan", "ep", "alice", {"n": n})
+    assert await db.get("plan", "ep", "alice") == {"n": 19}
+    db.delete_soon("plan", "ep", "alice")
+    assert await db.get("plan", "ep", "alice") is None
+    db.put_soon("plan", "ep2", "alice", {"x": 1})
+    db.close()
+    again = EpisodeDB(tmp_path / "e.sqlite3", ttl_seconds=60)
+    assert await again.get("plan", "ep2", "alice") == {"x": 1}
+    again.close()

@@ -1,8 +1,11 @@
 """Episodes that survive a restart: an embedded SQLite store with expiry (stdlib sqlite3).
 
 Every query runs in a worker thread (`anyio.to_thread`), so a slow disk never stalls the event
-loop; one connection, serialised by a lock. A record belongs to a caller: `get` by another caller
-finds nothing. Expired records are invisible at once and deleted by `purge` (run by `put` at most once a minute).
+loop; one connection, serialised by a lock. A plan episode's save (`put_soon`, `delete_soon`) does
+not hold up the plan's answer: it goes to one writer thread, in order, and `close` waits for every
+save still queued, so a clean stop loses none; a read of a record with a save queued waits for it.
+A record belongs to a caller: `get` by another caller finds nothing. Expired records are invisible
+at once and deleted by `purge` (run by `put` at most once a minute).
 Plan episodes (`toolscore.plan.run.Episode`) are stored as their step values, which is all that
 references into them read; the raw MCP results are not kept.
 
@@ -22,11 +25,13 @@ import json
 import sqlite3
 import threading
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import anyio
 import mcp_types
+import structlog
 
 from toolscore.plan.run import Episode, StepRecord
 from toolscore.plan.tool import EpisodeStore
@@ -46,6 +51,8 @@ CREATE TABLE IF NOT EXISTS episodes (
 """
 
 
+log = structlog.get_logger("toolscore.loop")
+
 _PURGE_EVERY = 60.0
 """Seconds between deletions of expired records (a `get` never sees one anyway)."""
 
@@ -63,6 +70,11 @@ class EpisodeDB:
         self._lock = threading.Lock()
         self.ttl = ttl_seconds
         self._purged = 0.0
+        self._writer: ThreadPoolExecutor | None = None
+        self._queued: dict[tuple[str, str], Future[None]] = {}
+        """The last save queued per record, until it is written (under `_queued_lock`: the writer
+        thread drops an entry once written)."""
+        self._queued_lock = threading.RLock()  # a callback may run at once, in the thread holding it
 
     def _run(self, sql: str, args: tuple[Any, ...]) -> list[tuple[Any, ...]]:
         with self._lock:
@@ -91,8 +103,51 @@ class EpisodeDB:
             self._purged = now
             await self.purge(now)
 
+    def put_soon(self, kind: str, ident: str, caller: str, data: dict[str, Any]) -> None:
+        """`put` without waiting: the record is encoded now (a snapshot) and written by the writer
+        thread after the saves queued before it; a failure is logged."""
+        text = json.dumps(data, ensure_ascii=False, default=str)
+        now = time.time()
+        sql = "INSERT OR REPLACE INTO episodes (kind, id, caller, expires, data) VALUES (?, ?, ?, ?, ?)"
+        self._queue(kind, ident, sql, (kind, ident, caller, now + self.ttl, text))
+        if now - self._purged > _PURGE_EVERY:
+            self._purged = now
+            self._queue("", "", "DELETE FROM episodes WHERE expires <= ?", (now,))
+
+    def delete_soon(self, kind: str, ident: str, caller: str) -> None:
+        """`delete` without waiting, in order with the saves queued before it."""
+        self._queue(kind, ident, "DELETE FROM episodes WHERE kind = ? AND id = ? AND caller = ?", (kind, ident, caller))
+
+    def _queue(self, kind: str, ident: str, sql: str, args: tuple[Any, ...]) -> None:
+        if self._writer is None:
+            # One thread: the writes land in the order they were queued.
+            self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="toolscore-episodes")
+        key = (kind, ident)
+        with self._queued_lock:
+            self._queued[key] = self._writer.submit(self._write, sql, args)
+            self._queued[key].add_done_callback(lambda written: self._forget(key, written))
+
+    def _forget(self, key: tuple[str, str], written: Future[None]) -> None:
+        with self._queued_lock:
+            if self._queued.get(key) is written:  # not a later save of the same record
+                del self._queued[key]
+
+    def _write(self, sql: str, args: tuple[Any, ...]) -> None:
+        try:
+            self._run(sql, args)
+        except Exception:
+            # The plan's answer has gone: the episode lives on in memory, only a restart would lose it.
+            log.warning("episode not saved: the store failed", exc_info=True)
+
+    async def _written(self, kind: str, ident: str) -> None:
+        with self._queued_lock:
+            queued = self._queued.get((kind, ident))
+        if queued is not None:
+            await anyio.to_thread.run_sync(queued.result)
+
     async def get(self, kind: str, ident: str, caller: str) -> dict[str, Any] | None:
         """The caller's unexpired record, or None."""
+        await self._written(kind, ident)
         rows = await anyio.to_thread.run_sync(
             self._run,
             "SELECT data FROM episodes WHERE kind = ? AND id = ? AND caller = ? AND expires > ?",
@@ -105,12 +160,14 @@ class EpisodeDB:
 
     async def delete(self, kind: str, ident: str, caller: str) -> None:
         """Forget a record (its episode ended)."""
+        await self._written(kind, ident)
         await anyio.to_thread.run_sync(
             self._run, "DELETE FROM episodes WHERE kind = ? AND id = ? AND caller = ?", (kind, ident, caller)
         )
 
     async def take(self, kind: str, ident: str, caller: str) -> dict[str, Any] | None:
         """The caller's unexpired record, deleted by the same statement (a state resumed once)."""
+        await self._written(kind, ident)
         rows = await anyio.to_thread.run_sync(
             self._run,
             "DELETE FROM episodes WHERE kind = ? AND id = ? AND caller = ? AND expires > ? RETURNING data",
@@ -128,7 +185,10 @@ class EpisodeDB:
         )
 
     def close(self) -> None:
-        """Close the database (a later use opens it again)."""
+        """Write every save still queued, then close the database (a later use opens it again)."""
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            writer.shutdown(wait=True)
         with self._lock:
             if self._db is not None:
                 self._db.close()
@@ -204,9 +264,19 @@ class DurableEpisodes:
         ident = structured.get("episode")
         if not isinstance(ident, str) or "plan" in structured:  # no episode, or a dry run
             return
+        db = self._db
         if "answer" in structured:
-            await self._db.delete("plan", ident, owner_of(caller))
+            if isinstance(db, EpisodeDB):
+                db.delete_soon("plan", ident, owner_of(caller))
+            else:
+                await db.delete("plan", ident, owner_of(caller))
             return
         episode = self._episodes.get(caller, ident)
-        if episode is not None:
-            await self._db.put("plan", ident, owner_of(caller), episode_to_dict(episode))
+        if episode is None:
+            return
+        if isinstance(db, EpisodeDB):
+            # This process's own file: only a restart reads it, and `close` writes what is queued,
+            # so the answer need not wait (shared records are awaited: another replica may read them next).
+            db.put_soon("plan", ident, owner_of(caller), episode_to_dict(episode))
+        else:
+            await db.put("plan", ident, owner_of(caller), episode_to_dict(episode))
