@@ -9,8 +9,9 @@ unchanged; a gateway failure is a JSON-RPC error naming the server.
 
 Subscriptions are counted per public URI and front connection: the first subscriber subscribes
 downstream, the last to leave (or to disconnect) unsubscribes, and the connection renews them
-when its server restarts. `resources/updated` goes to the connections subscribed to that URI;
-`list_changed` goes to every handshake-era connection and to 2026-07-28 listeners.
+when its server restarts. A 2026-07-28 listen stream counts as one more subscriber of each URI it
+names (`front/listen.py`). `resources/updated` goes to the connections subscribed to that URI and to
+the listen streams; `list_changed` goes to every handshake-era connection and to the listen streams.
 """
 
 from __future__ import annotations
@@ -85,30 +86,33 @@ class _Subscriptions:
     """Which front connections subscribed to which public URI."""
 
     def __init__(self) -> None:
-        self.by_uri: dict[str, dict[int, ServerSession]] = {}
+        self.by_uri: dict[str, dict[int, ServerSession | None]] = {}
+        """Per URI, its subscribers: a handshake-era connection's session, or None for a listen stream
+        (whose `resources/updated` goes by the bus)."""
         self.held: dict[int, int] = {}
         """Subscriptions per connection."""
 
-    def add(self, uri: str, ctx: ServerRequestContext[Any]) -> tuple[bool, bool]:
-        """Record a subscription; whether it is the URI's first, and this connection's first to it."""
-        connection = connection_of(ctx.session)
+    def add(self, uri: str, key: int, session: ServerSession | None) -> tuple[bool, bool]:
+        """Record a subscription of `key` (a connection, a listen stream); whether it is the URI's
+        first, and this key's first to it."""
         subscribers = self.by_uri.setdefault(uri, {})
         first = not subscribers
-        new = id(connection) not in subscribers
-        if new and self.held.get(id(connection), 0) >= MAX_SUBSCRIPTIONS:
+        new = key not in subscribers
+        if new and self.held.get(key, 0) >= MAX_SUBSCRIPTIONS:
             if first:
                 del self.by_uri[uri]
             raise MCPError(mcp_types.INVALID_REQUEST, f"at most {MAX_SUBSCRIPTIONS} resource subscriptions per client")
-        subscribers[id(connection)] = ctx.session
+        subscribers[key] = session
         if new:
-            self.held[id(connection)] = self.held.get(id(connection), 0) + 1
+            self.held[key] = self.held.get(key, 0) + 1
         return first, new
 
     def remove(self, uri: str, key: int) -> bool:
         """Drop a subscription; True if it was the URI's last."""
         subscribers = self.by_uri.get(uri)
-        if subscribers is None or subscribers.pop(key, None) is None:
+        if subscribers is None or key not in subscribers:
             return False
+        del subscribers[key]
         if (held := self.held.get(key, 1) - 1) > 0:
             self.held[key] = held
         else:
@@ -259,7 +263,7 @@ class CatalogHandlers:
         if downstream is None:  # pragma: no cover - the catalog only routes to configured servers
             raise _not_found(uri)
         connection = connection_of(ctx.session)
-        first, new = self._subscriptions.add(uri, ctx)
+        first, new = self._subscriptions.add(uri, id(connection), ctx.session)
         if new:  # a client that disconnects leaves its subscriptions
             connection.exit_stack.push_async_callback(self._leave, uri, id(connection))
         if first:
@@ -275,6 +279,26 @@ class CatalogHandlers:
     ) -> mcp_types.EmptyResult:
         await self._leave(str(params.uri), id(connection_of(ctx.session)))
         return mcp_types.EmptyResult()
+
+    async def hold(self, uri: str, key: int) -> bool:
+        """Subscribe a listen stream (`key`) to `uri`, downstream if it is the URI's first subscriber;
+        False, and nothing held, where no server owns the URI or its server refused."""
+        found = self._hub.catalog.route_uri(uri)
+        if found is None:
+            return False
+        first, _ = self._subscriptions.add(uri, key, None)
+        if first:
+            try:
+                await self._pass_on(*found, subscribe=True)
+            except MCPError as exc:
+                self._subscriptions.remove(uri, key)
+                log.debug("resource subscription refused", uri=uri, error=str(exc))
+                return False
+        return True
+
+    async def release(self, uri: str, key: int) -> None:
+        """Drop `key`'s subscription to `uri`; the last to leave unsubscribes downstream."""
+        await self._leave(uri, key)
 
     async def _leave(self, uri: str, key: int) -> None:
         if self._subscriptions.remove(uri, key) and (found := self._hub.catalog.route_uri(uri)) is not None:
@@ -301,6 +325,8 @@ class CatalogHandlers:
     async def updated(self, uri: str) -> None:
         """`resources/updated` to the connections subscribed to `uri`, and to the listeners."""
         for session in list(self._subscriptions.by_uri.get(uri, {}).values()):
+            if session is None:  # a listen stream: the bus below
+                continue
             try:
                 await session.send_resource_updated(uri)
             except Exception as exc:  # a peer that went away must not stop the others

@@ -17,7 +17,7 @@ from mcp import MCPError
 from mcp.server import NotificationOptions, Server, ServerRequestContext
 from mcp.server.models import InitializationOptions
 from mcp.server.session import ServerSession
-from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
+from mcp.server.subscriptions import InMemorySubscriptionBus, ToolsListChanged
 from mcp.shared.message import ServerMessageMetadata
 
 from toolscore._engine import CallOutcome, ConfirmFn, ToolExecutionEngine, error_result
@@ -36,6 +36,7 @@ from toolscore.front.express import ExpressLane
 from toolscore.front.fast import FastCalls
 from toolscore.front.forward import FrontPeer, FrontPeers, LoggingHandlers, LogLevels, RootsHandlers
 from toolscore.front.lanes import Lanes
+from toolscore.front.listen import ListenHandlers
 from toolscore.front.plan_tasks import PlanTasks
 from toolscore.front.relaying import front_call_of
 from toolscore.front.skills import SkillHandlers
@@ -293,12 +294,9 @@ class ToolHandlers:
         """The same on the streamable HTTP front, set by `front.serve.http_app` (`front.http_fast`)."""
 
     def register(self, server: Server[Any]) -> None:
-        """Serve `tools/*` and `subscriptions/listen` on `server`; tell its clients when the tools change."""
+        """Serve `tools/*` on `server`; tell its clients when the tools change."""
         server.add_request_handler("tools/list", mcp_types.PaginatedRequestParams, self.list_tools)
         server.add_request_handler("tools/call", mcp_types.CallToolRequestParams, self.call_tool)
-        server.add_request_handler(
-            "subscriptions/listen", mcp_types.SubscriptionsListenRequestParams, ListenHandler(self._bus)
-        )
         server.add_notification_handler("notifications/initialized", mcp_types.NotificationParams, self.on_initialized)
         self._hub.add_listener(self.tools_changed)
 
@@ -564,9 +562,11 @@ def build_server(
     LoggingHandlers(hub, peers.levels).register(server)
     skills = SkillHandlers(hub, callers, peers.peer)
     skills.register(server)
-    CatalogHandlers(
+    catalog = CatalogHandlers(
         hub, engine, callers, sessions, bus, peers.peer, results=results, check_read=skills.verify
-    ).register(server)
+    )
+    catalog.register(server)
+    ListenHandlers(bus, catalog).register(server)
     tasks.register(server)
     RootsHandlers(hub, callers.identify, peers.peer).register(server)
     return server
