@@ -1,11 +1,14 @@
 """The plan scheduler against fixture servers, with direct-client floors measured in the same run.
 
-    .venv/bin/python benchmarks/plans.py [--repeat 3] [--parse-only]
+    .venv/bin/python benchmarks/plans.py [--repeat 3] [--parse-only] [--cpu-rounds 9]
 
 Plans go straight to the gateway's `orchestrate` (no front client), so the figures are the
 scheduler plus the engine plus the stdio downstream hop. Each figure is the median of --repeat runs.
 First, parse + check alone (no I/O) for plans of 50, 500 and 2,000 steps: the cost per step
-stays flat when both are linear.
+stays flat when both are linear. Last, the gateway's CPU per plan step beside a passthrough
+call's through the same engine in the same process (the process's CPU time, the fixture server
+apart), in alternating rounds: plans of `<parallel>` of 1 and of 10 echo steps give the cost per
+step (the difference over 9) and per plan.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from toolscore.config import PlanSettings
 from toolscore.downstream.registry import build_registry
 from toolscore.plan.check import check_plan, shorthand_table
 from toolscore.plan.parse import parse_turn
+from toolscore.scope import CallScope
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURE = ROOT / "tests" / "fixtures" / "fixture_server.py"
@@ -115,6 +119,8 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--parse-only", action="store_true", help="only the parse + check figures")
+    parser.add_argument("--cpu-rounds", type=int, default=9, help="rounds of the CPU per step figure")
+    parser.add_argument("--cpu-only", action="store_true", help="only the CPU per step figure")
     args = parser.parse_args()
     configure_logging("error")
     parse_and_check(args.repeat)
@@ -137,6 +143,12 @@ async def main() -> None:
             result = await gw.orchestrator({"plan": text})
             assert not result.is_error, result.content
             return result
+
+        # The client's version, as the front gives it: what the server negotiated with the gateway.
+        version = direct.protocol_version
+        if args.cpu_only:
+            await cpu_per_step(gw, version, args.cpu_rounds)
+            return
 
         print(f"{'<parallel> of N x sleep(200 ms)':44} {'floor':>8} {'parallel':>9} {'seq':>8} {'efficiency':>10}")
         for n in (1, 2, 4, 8, 16, 32):
@@ -204,6 +216,43 @@ async def main() -> None:
             f"{'64 KiB passed through 3 steps by reference':44} moved {moved} B,"
             f" model sees {seen} B = {seen / moved:.1%}"
         )
+        await cpu_per_step(gw, version, args.cpu_rounds)
+
+
+def echoes(n: int) -> str:
+    return "<parallel>" + "".join(f'<fx><echo>{{"text": "hi {i}"}}</echo></fx>' for i in range(n)) + "</parallel>"
+
+
+async def cpu_per_step(gw: Any, version: str | None, rounds: int, per_round: int = 100) -> None:
+    """CPU time per plan step, per plan, and per passthrough call (`engine.execute` with the bytes
+    kept, as the front's lanes call it), alternating; min and median of the rounds."""
+    scope = CallScope(caller="bench", version=version)
+    runs: dict[str, Callable[[], Awaitable[Any]]] = {
+        "plan of 1": lambda: gw.orchestrator({"plan": echoes(1)}, scope=scope),
+        "plan of 10": lambda: gw.orchestrator({"plan": echoes(10)}, scope=scope),
+        "passthrough call": lambda: gw.engine.execute("fx__echo", {"text": "hi"}, scope=scope, keep_bytes=True),
+    }
+    for run in runs.values():  # warm up: imports, caches
+        for _ in range(20):
+            await run()
+    cpu: dict[str, list[float]] = {name: [] for name in runs}
+    for round_ in range(rounds):
+        for name, run in runs.items() if round_ % 2 == 0 else reversed(runs.items()):
+            began = time.process_time()
+            for _ in range(per_round):
+                await run()
+            cpu[name].append((time.process_time() - began) / per_round * 1000)
+    print(f"\n{'gateway CPU (ms), ' + str(rounds) + ' rounds of ' + str(per_round):44} {'min':>8} {'median':>8}")
+    for pick in (min, statistics.median):
+        step = (pick(cpu["plan of 10"]) - pick(cpu["plan of 1"])) / 9
+        cpu.setdefault("per plan step", []).append(step)
+        cpu.setdefault("per plan, steps apart", []).append(pick(cpu["plan of 1"]) - step)
+    for name, values in cpu.items():
+        if name.startswith("per"):
+            low, mid = values
+        else:
+            low, mid = min(values), statistics.median(values)
+        print(f"{'  ' + name:44} {low:8.3f} {mid:8.3f}")
 
 
 if __name__ == "__main__":

@@ -69,3 +69,30 @@ def test_the_server_stamp_is_looked_for_in_meta_only() -> None:
     # The stamp's key inside a tool's text is the tool's business, not a reason to decode.
     data = json.dumps(_result({"type": "text", "text": mcp_types.SERVER_INFO_META_KEY})).encode()
     assert read_result(data) is not None
+
+
+@pytest.mark.parametrize(
+    "result",
+    [
+        _result({"type": "text", "text": "one"}, {"type": "text", "text": 'two \u00e9 \\ "q"'}),
+        _result({"type": "image", "data": "aGk=", "mimeType": "image/png"}, {"type": "text", "text": "after"}),
+        _result(
+            {"type": "resource", "resource": {"uri": "file:///a", "text": "inside"}},
+            structuredContent={"a": [1, 2.5, None, True], "b": {"c": "\u2603"}},
+        ),
+        _result(structuredContent={"n": 10**30}),
+        _result({"type": "text", "text": "failed"}, isError=True),
+    ],
+)
+def test_a_plan_step_reads_from_the_bytes_what_it_reads_from_the_model(result: dict[str, Any]) -> None:
+    raw = read_result(json.dumps(result).encode())
+    assert raw is not None
+    model = raw.model()
+    text = "\n".join(b.text for b in model.content if isinstance(b, mcp_types.TextContent))
+    assert raw.readable() == (text, model.structured_content)
+
+
+def test_a_result_only_the_models_can_read_is_left_to_them() -> None:
+    # A list as structured content: the SDK's model takes it, the plan step then reads the model.
+    raw = read_result(json.dumps(_result({"type": "text", "text": "x"}, structuredContent=[1, 2])).encode())
+    assert raw is not None and raw.readable() is None

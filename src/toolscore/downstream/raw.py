@@ -102,7 +102,20 @@ class _Summary(msgspec.Struct):
     meta: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="_meta")
 
 
+class _TextBlock(msgspec.Struct):
+    type: str
+    text: str | None = None
+
+
+class _Readable(msgspec.Struct):
+    """What a plan step reads of a result: its text blocks and its structured content."""
+
+    content: list[_TextBlock]
+    structuredContent: dict[str, Any] | None = None
+
+
 _incoming = msgspec.json.Decoder(_Incoming)
+_readable = msgspec.json.Decoder(_Readable)
 _progress = msgspec.json.Decoder(_Progress)
 _summary = msgspec.json.Decoder(_Summary)
 _string = msgspec.json.Decoder(str)
@@ -122,6 +135,19 @@ class RawResult:
     def model(self) -> mcp_types.CallToolResult:
         """The result decoded, for whoever needs more than the bytes."""
         return mcp_types.CallToolResult.model_validate_json(self.data)
+
+    def readable(self) -> tuple[str, dict[str, Any] | None] | None:
+        """The text of its text blocks (joined by newlines, as a plan step reads it) and its
+        structured content, decoded without the SDK's models; None where only they can say (a
+        member of an unexpected type)."""
+        try:
+            parts = _readable.decode(self.data)
+        except msgspec.DecodeError:
+            return None
+        texts = [block.text for block in parts.content if block.type == "text"]
+        if None in texts:
+            return None
+        return "\n".join(texts), parts.structuredContent  # type: ignore[arg-type]  # None ruled out above
 
 
 def _chars(value: msgspec.Raw, plain: bool) -> int | None:

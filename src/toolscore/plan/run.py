@@ -29,7 +29,7 @@ from typing import Any, Protocol
 import anyio
 import mcp_types
 
-from toolscore._engine import ToolExecutionEngine
+from toolscore._engine import CallOutcome, ToolExecutionEngine
 from toolscore.errors import RefError
 from toolscore.plan.blocks import SPECS
 from toolscore.plan.encoding import json_value, loads_result
@@ -104,6 +104,8 @@ class StepRecord:
     ms: float = 0.0
     attempts: int = 0
     result: mcp_types.CallToolResult | None = None
+    """The result as the SDK's model, where the step decoded one (None where it was read from the
+    server's bytes, or never came)."""
     on_error: str = "skip_dependents"
     labels: Taint = field(default_factory=dict)
     """Its result's data-flow labels and their origins (`toolscore.trust.labels`): those of what its
@@ -183,12 +185,36 @@ def _text_of(result: mcp_types.CallToolResult) -> str:
     return "\n".join(b.text for b in result.content if isinstance(b, mcp_types.TextContent))
 
 
+def _read(run: CallOutcome, record: StepRecord) -> bool:
+    """A call's result into its step's record (`text`, `json`, `result`); whether it is an error.
+
+    A result the server's bytes carried whole (`CallOutcome.raw`: no hook read it) is read from
+    them, without building the SDK's model; `record.result` then stays None.
+    """
+    raw = run.raw
+    readable = raw.readable() if raw is not None else None
+    if raw is not None and readable is not None:
+        record.result = None
+        record.text, structured = readable
+        record.json = _json_from(structured, record.text)
+        return raw.is_error
+    result = raw.model() if raw is not None else run.result
+    record.result = result
+    record.text = _text_of(result)
+    record.json = _json_of(result, record.text)
+    return bool(result.is_error)
+
+
 def _json_of(result: mcp_types.CallToolResult, text: str) -> Any:
     """A step's `json`: its structured content, else its text as JSON, else the text; values that
     are not JSON (NaN, bytes, integer keys) in the documented encoding (`encoding.py`)."""
-    if result.structured_content is not None:
+    return _json_from(result.structured_content, text)
+
+
+def _json_from(structured: dict[str, Any] | None, text: str) -> Any:
+    if structured is not None:
         try:
-            return json_value(result.structured_content)
+            return json_value(structured)
         except (TypeError, ValueError):
             return text  # a value no encoding covers (an object a hook put there): the text stands
     try:
@@ -395,12 +421,10 @@ class PlanRunner:
                     plan_id=self._plan_id,
                     timeout=call.node.timeout,
                     scope=scope,
+                    keep_bytes=True,  # read as bytes (`_read`) where no hook needs the model
                 )
-            result = run.result
-            record.result = result
-            record.text = _text_of(result)
-            record.json = _json_of(result, record.text)
-            if run.error is None and not result.is_error:
+            is_error = _read(run, record)
+            if run.error is None and not is_error:
                 record.status, record.error = "ok", None
                 return
             kind = run.error.kind if run.error is not None else "tool_error"

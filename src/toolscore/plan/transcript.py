@@ -39,8 +39,18 @@ def view_of(text: str, limit: int) -> View:
     return View(head + _GAP.format(n=len(data) - 2 * half) + tail, True)
 
 
+_PLAIN = frozenset("&<>\"'\n\r\t")
+"""The characters `quoteattr` escapes or chooses its quotes by: a value without any is quoted as it is."""
+
+
+def _quoted(value: str) -> str:
+    # Most values (numbers, statuses, names) need no escaping: the same output, without
+    # quoteattr's replacements (a step's line has eight attributes).
+    return f'"{value}"' if _PLAIN.isdisjoint(value) else quoteattr(value)
+
+
 def _attrs(values: dict[str, Any]) -> str:
-    return "".join(f" {k}={quoteattr(str(v))}" for k, v in values.items() if v is not None)
+    return "".join(f" {k}={_quoted(str(v))}" for k, v in values.items() if v is not None)
 
 
 def render_results(
