@@ -20,6 +20,7 @@ from mcp import Client, MCPError
 
 from tests.conftest import FIXTURES, make_config, running_gateway
 from toolscore import Gateway, MemoryAuditSink
+from toolscore.downstream.bridge import WAITING_PER_CALLER
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
 
@@ -45,6 +46,7 @@ async def gateway(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[tup
             "ask": _entry(sampling="confirm"),
             "quick": _entry(timeout=1),
             "r": _entry(),
+            "cap": _entry(),
             "b": {"command": sys.executable, "args": [BACKCHANNEL]},
         }
     )
@@ -239,6 +241,27 @@ async def test_a_client_that_never_retries_ends_the_exchange_after_the_bound(
             await client.session.call_tool(tool, {}, input_responses=late, request_state=first.request_state)
         assert "is over" in refused.value.message or "expired" in refused.value.message
         assert text(await client.call_tool(tool)) == "Hello, x!"  # and the server serves the next call
+
+
+async def test_a_caller_that_leaves_rounds_unanswered_loses_its_oldest_past_the_cap(
+    gateway: tuple[Gateway, MemoryAuditSink],
+) -> None:
+    gw, _ = gateway
+    tool = "cap__test_input_required_result_elicitation"
+    async with Client(gw.server, elicitation_callback=named("x")) as client:
+        rounds = [
+            await client.session.call_tool(tool, {}, allow_input_required=True) for _ in range(WAITING_PER_CALLER + 1)
+        ]
+        assert all(isinstance(r, mcp_types.InputRequiredResult) for r in rounds)
+        await until_open(gw, "cap", WAITING_PER_CALLER)  # the oldest call was cancelled at the server
+        answer = {"user_name": mcp_types.ElicitResult(action="accept", content={"name": "Ada"})}
+        oldest, newest = rounds[0], rounds[-1]
+        assert isinstance(oldest, mcp_types.InputRequiredResult) and isinstance(newest, mcp_types.InputRequiredResult)
+        with pytest.raises(MCPError) as refused:
+            await client.session.call_tool(tool, {}, input_responses=answer, request_state=oldest.request_state)
+        assert "is over" in refused.value.message
+        done = await client.session.call_tool(tool, {}, input_responses=answer, request_state=newest.request_state)
+        assert isinstance(done, mcp_types.CallToolResult) and text(done) == "Hello, Ada!"
 
 
 async def test_a_client_that_abandons_its_waiting_request_ends_the_exchange(

@@ -51,7 +51,7 @@ from toolscore.errors import DownstreamUnavailable, InputRequired
 from toolscore.scope import CallScope
 from toolscore.types import ProgressFn
 
-__all__ = ["ANSWER_SECONDS", "SETTLE_SECONDS", "Bridge", "Exchange"]
+__all__ = ["ANSWER_SECONDS", "SETTLE_SECONDS", "WAITING_PER_CALLER", "Bridge", "Exchange"]
 
 SETTLE_SECONDS = 0.05
 """Requests of the server's that arrive within this of each other go to the client as one round."""
@@ -59,6 +59,9 @@ SETTLE_MAX_SECONDS = 1.0
 """However the server keeps asking, a round is handed out after this."""
 ANSWER_SECONDS = 300.0
 """How long a round waits for the client's retry, for a server without a `timeout` of its own."""
+WAITING_PER_CALLER = 32
+"""Rounds one caller may leave unanswered on one server: handing out one more ends the oldest
+(its call cancelled), so a client that never retries cannot pile up pending calls on a server."""
 log = structlog.get_logger("toolscore.downstream")
 
 INPUT_KEY_META = "io.toolscore/inputKey"
@@ -168,6 +171,11 @@ class Exchange:
                 await forward(progress, total, message)
             except Exception as exc:  # the client's request ended meanwhile: progress is not worth an error
                 log.debug("progress not delivered", server=self._bridge.server, error=str(exc))
+
+    @property
+    def waiting(self) -> bool:
+        """A round went to the client and its answers have not come (the call may have ended since)."""
+        return self._awaiting
 
     @property
     def parked(self) -> bool:
@@ -315,6 +323,7 @@ class Exchange:
         self._new.clear()
         self.round += 1
         self._awaiting = True
+        self._bridge.make_room(self)
         state = self._bridge.seal(self)
         self._resumed = anyio.Event()
         self._handed.set()
@@ -354,6 +363,18 @@ class Bridge:
     def forget(self, exchange: Exchange) -> None:
         if self._open.pop(exchange.ident, None) is not None:
             self._told()
+
+    def make_room(self, exchange: Exchange) -> None:
+        """Before `exchange` hands out a round: end its caller's oldest unanswered ones over the cap."""
+        caller = exchange.bound.get("caller")
+        waiting = [
+            e for e in self._open.values() if e is not exchange and e.waiting and e.bound.get("caller") == caller
+        ]
+        for old in waiting[: max(0, len(waiting) + 1 - WAITING_PER_CALLER)]:  # oldest first
+            if old.done:
+                self.forget(old)
+            else:
+                old.abandon(f"its caller left more than {WAITING_PER_CALLER} rounds unanswered on this server")
 
     def seal(self, exchange: Exchange) -> str:
         """The request state of `exchange`'s current round."""
