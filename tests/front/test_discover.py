@@ -40,7 +40,9 @@ async def _discovered(servers: dict[str, JsonServer]) -> dict[str, Any]:
 
 async def test_a_tools_only_catalog_claims_nothing_else() -> None:
     found = await _discovered({"a": _server({"tools": {}})})
-    assert set(found["capabilities"]) == {"tools"}
+    assert set(found["capabilities"]) == {"tools", "extensions"}
+    # The tasks extension, for the gateway's own plans (front/task_extension.py); nothing of a server's.
+    assert found["capabilities"]["extensions"] == {"io.modelcontextprotocol/tasks": {}}
     assert found["supportedVersions"] == ["2026-07-28"]
     assert found["_meta"]["io.modelcontextprotocol/serverInfo"]["name"] == "toolscore"
     # Capabilities change as servers come and go: never to be cached.
@@ -55,5 +57,5 @@ async def test_what_one_server_declares_the_gateway_declares() -> None:
         }
     )
     caps = found["capabilities"]
-    assert set(caps) == {"tools", "prompts", "resources", "logging"}
+    assert set(caps) == {"tools", "prompts", "resources", "logging", "extensions"}
     assert caps["resources"].get("subscribe") in (None, False)  # no server takes subscriptions

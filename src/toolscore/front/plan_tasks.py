@@ -16,6 +16,13 @@ this store checks the owner again. A task is kept for its `ttl` from creation (t
 request, capped at `MAX_TTL_MS`), then forgotten, cancelled first if it still runs; a client has at
 most `MAX_PER_CALLER` (the oldest finished ones make room); all of a client's tasks are cancelled
 and forgotten when it leaves, since no one could reach them any more.
+
+The same tasks serve the tasks extension of 2026-07-28 clients (`toolscore.front.task_extension`):
+`begin` starts one, `detailed` is its `tasks/get` (the result or error inlined), `update` its
+`tasks/update`, `end` its `tasks/cancel`. There a plan whose answer is an input-required result
+(the gateway's own question, say a plan's approval) parks the task `input_required` with those
+requests; once `tasks/update` has answered every one, the plan runs again with the answers and the
+request state, as the client's own retry would.
 """
 
 from __future__ import annotations
@@ -63,6 +70,8 @@ _RELATED_TASK = "io.modelcontextprotocol/related-task"
 
 RunPlan = Callable[[], Awaitable[Any]]
 """The plan's `tools/call` on the front's usual path; its wire result (a dict)."""
+RunRound = Callable[[dict[str, Any] | None, str | None], Awaitable[Any]]
+"""The same call with the client's input responses and the request state of an earlier round."""
 
 
 def _iso(moment: float) -> str:
@@ -83,6 +92,12 @@ class _PlanTask:
     error: MCPError | None = None
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
     done: anyio.Event = field(default_factory=anyio.Event)
+    rerun: RunRound | None = None
+    """Set for an extension task: how its call runs again once its input requests are answered."""
+    requests: dict[str, Any] = field(default_factory=dict)
+    """The input requests still unanswered while the task is `input_required`."""
+    responses: dict[str, Any] = field(default_factory=dict)
+    state: str | None = None
 
     def __post_init__(self) -> None:
         self.expires = time.monotonic() + self.ttl / 1000
@@ -90,6 +105,26 @@ class _PlanTask:
     def finish(self, status: mcp_types.TaskStatus, message: str | None) -> None:
         if self.status == "working":  # the first end wins: a plan cancelled as it finished stays cancelled
             self.status, self.message, self.updated = status, message, time.time()
+
+    def extension_status(self) -> str:
+        """The status the tasks extension reports: a result with `isError` is `completed`, not `failed`."""
+        if self.answer is not None and self.status == "failed":
+            return "completed"
+        return self.status
+
+    def extension_wire(self) -> dict[str, Any]:
+        """The task as the tasks extension spells it (`ttlMs`, `pollIntervalMs`)."""
+        task: dict[str, Any] = {
+            "taskId": self.task_id,
+            "status": self.extension_status(),
+            "createdAt": _iso(self.created),
+            "lastUpdatedAt": _iso(self.updated),
+            "ttlMs": self.ttl,
+            "pollIntervalMs": POLL_INTERVAL_MS,
+        }
+        if self.message is not None:
+            task["statusMessage"] = self.message
+        return task
 
     def wire(self) -> dict[str, Any]:
         task: dict[str, Any] = {
@@ -103,6 +138,16 @@ class _PlanTask:
         if self.message is not None:
             task["statusMessage"] = self.message
         return task
+
+
+def _asks(answer: object) -> bool:
+    """Whether a call's wire result is an input-required result (2026-07-28) with requests in it."""
+    return (
+        isinstance(answer, dict)
+        and answer.get("resultType") == "input_required"
+        and isinstance(answer.get("inputRequests"), dict)
+        and bool(answer["inputRequests"])
+    )
 
 
 def _unknown(task_id: str) -> MCPError:
@@ -132,6 +177,19 @@ class PlanTasks:
         Raises:
             MCPError: the caller already has `limit` plans running.
         """
+        return {"task": self._begin(caller, ttl, run).wire()}
+
+    def begin(self, caller: str, run: RunRound) -> dict[str, Any]:
+        """An extension task: `run(None, None)` in the background; the task, as the extension spells it.
+
+        Raises:
+            MCPError: the caller already has `limit` plans running.
+        """
+        task = self._begin(caller, None, lambda: run(None, None))
+        task.rerun = run
+        return task.extension_wire()
+
+    def _begin(self, caller: str, ttl: object, run: RunPlan) -> _PlanTask:
         if self._group is None:
             raise MCPError(mcp_types.INTERNAL_ERROR, "The gateway is not running plans as tasks.")
         self._prune()
@@ -149,7 +207,7 @@ class PlanTasks:
         task = _PlanTask(secrets.token_urlsafe(16), caller, kept)
         self._tasks[task.task_id] = task
         self._group.start_soon(self._run, task, run, name=f"plan-task:{task.task_id}")
-        return {"task": task.wire()}
+        return task
 
     async def _run(self, task: _PlanTask, run: RunPlan) -> None:
         try:
@@ -167,6 +225,14 @@ class PlanTasks:
                     task.error = MCPError(mcp_types.INTERNAL_ERROR, "Internal gateway error (see the gateway log).")
                     task.finish("failed", task.error.error.message)
                 else:
+                    if _asks(answer) and task.rerun is not None:
+                        task.requests = dict(answer["inputRequests"])
+                        state = answer.get("requestState")
+                        task.state = state if isinstance(state, str) else None
+                        task.responses = {}
+                        task.status, task.message = "input_required", "The plan waits for the client's answers."
+                        task.updated = time.time()
+                        return
                     task.answer = answer if isinstance(answer, dict) else {}
                     if task.answer.get("isError") is True:
                         task.finish("failed", "The plan's result is an error.")
@@ -231,6 +297,63 @@ class PlanTasks:
         with anyio.move_on_after(_CANCEL_WAIT_SECONDS):
             await task.done.wait()
         return task.wire()
+
+    def detailed(self, caller: str, task_id: str) -> dict[str, Any]:
+        """The extension's `tasks/get`: the task, with its result, error or input requests inlined.
+
+        Raises:
+            MCPError: invalid params, `caller` has no such task (or it was forgotten).
+        """
+        task = self._find(caller, task_id)
+        out = task.extension_wire()
+        status = out["status"]
+        if status == "completed" and task.answer is not None:
+            out["result"] = task.answer
+        elif status == "failed" and task.error is not None:
+            out["error"] = task.error.error.model_dump(by_alias=True, mode="json", exclude_none=True)
+        elif status == "input_required":
+            out["inputRequests"] = dict(task.requests)
+        return out
+
+    def update(self, caller: str, task_id: str, responses: dict[str, Any]) -> None:
+        """The extension's `tasks/update`: answers to the task's pending input requests.
+
+        Answers to requests the task is not waiting on are ignored; once none is left unanswered,
+        the call runs again with every answer and the request state.
+
+        Raises:
+            MCPError: invalid params, `caller` has no such task (or it was forgotten).
+        """
+        task = self._find(caller, task_id)
+        if task.status != "input_required" or task.rerun is None or self._group is None:
+            return
+        for key, answer in responses.items():
+            if key in task.requests:
+                del task.requests[key]
+                task.responses[key] = answer
+        task.updated = time.time()
+        if task.requests:
+            return
+        rerun, answers, state = task.rerun, task.responses, task.state
+        task.status, task.message = "working", "The plan is running."
+        task.responses, task.state = {}, None
+        task.scope, task.done = anyio.CancelScope(), anyio.Event()
+        self._group.start_soon(self._run, task, lambda: rerun(answers, state), name=f"plan-task:{task.task_id}")
+
+    async def end(self, caller: str, task_id: str) -> None:
+        """The extension's `tasks/cancel`: cancel the task if it has not ended (an ended one is left
+        as it is); returns once its steps have wound down (or a few seconds).
+
+        Raises:
+            MCPError: invalid params, `caller` has no such task (or it was forgotten).
+        """
+        task = self._find(caller, task_id)
+        if task.status not in ("working", "input_required"):
+            return
+        task.status, task.message, task.updated = "cancelled", "Cancelled by the client.", time.time()
+        task.scope.cancel()
+        with anyio.move_on_after(_CANCEL_WAIT_SECONDS):
+            await task.done.wait()
 
     def listed(self, caller: str, ids: dict[str, str]) -> list[dict[str, Any]]:
         """`tasks/list`: `caller`'s tasks among `ids` (own id -> the id the client sees)."""

@@ -19,6 +19,7 @@ from mcp.server.models import InitializationOptions
 from mcp.server.session import ServerSession
 from mcp.server.subscriptions import InMemorySubscriptionBus, ToolsListChanged
 from mcp.shared.message import ServerMessageMetadata
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from toolscore._engine import CallOutcome, ConfirmFn, ToolExecutionEngine, error_result
 from toolscore._json import scrub_unpaired_surrogates
@@ -40,6 +41,7 @@ from toolscore.front.listen import ListenHandlers
 from toolscore.front.plan_tasks import PlanTasks
 from toolscore.front.relaying import front_call_of
 from toolscore.front.skills import SkillHandlers
+from toolscore.front.task_extension import TASKS_EXTENSION
 from toolscore.front.tasks import TaskHandlers, tasks_capability
 from toolscore.loop.tool import DELEGATE, Delegator
 from toolscore.plan.tool import ORCHESTRATE, Orchestrator
@@ -125,8 +127,13 @@ class FrontServer(Server[Any]):
         }
         if caps.resources is not None and "resources" not in update and not has("subscribe"):
             update["resources"] = caps.resources.model_copy(update={"subscribe": False})
+        extensions = dict(caps.extensions or {})
         if has("skills"):  # the skills extension (SEP-2640) of some server, carried (front/skills.py)
-            update["extensions"] = {**(caps.extensions or {}), SKILLS_EXTENSION: {}}
+            extensions[SKILLS_EXTENSION] = {}
+        if protocol_version in MODERN_PROTOCOL_VERSIONS and self.plan_tasks.offered:
+            extensions[TASKS_EXTENSION] = {}  # the gateway's own plans as tasks (front/task_extension.py)
+        if extensions:
+            update["extensions"] = extensions
         # Relayed to the servers that run them, or the gateway's own plans (toolscore.front.tasks).
         if has("tasks") or self.plan_tasks.offered:
             update["tasks"] = tasks_capability()

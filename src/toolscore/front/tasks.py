@@ -18,6 +18,8 @@ policy (redaction, size limits) and the audit log apply to the result as to a ca
 
 The gateway's own `orchestrate` runs as a task of its own when asked (`toolscore.front.plan_tasks`):
 its tasks sit in the same routes under the pseudo-server `GATEWAY`, so the same ownership holds.
+For 2026-07-28 clients the same handlers speak the tasks extension instead
+(`toolscore.front.task_extension`): the gateway's own tasks only.
 """
 
 from __future__ import annotations
@@ -43,6 +45,15 @@ from toolscore.errors import DownstreamProtocolError, Rejected, ToolscoreError
 from toolscore.front.callers import Callers
 from toolscore.front.catalog import PeerFor
 from toolscore.front.plan_tasks import GATEWAY, PlanTasks
+from toolscore.front.task_extension import (
+    TaskUpdateParams,
+    create_task_result,
+    declares_tasks,
+    missing_extension,
+    removed_method,
+    task_call,
+)
+from toolscore.loop.tool import DELEGATE
 from toolscore.plan.tool import ORCHESTRATE
 from toolscore.scope import CallScope
 
@@ -183,14 +194,28 @@ class TaskHandlers:
         server.add_request_handler("tasks/result", mcp_types.GetTaskPayloadRequestParams, self.task_result)
         server.add_request_handler("tasks/cancel", mcp_types.CancelTaskRequestParams, self.cancel_task)
         server.add_request_handler("tasks/list", mcp_types.PaginatedRequestParams, self.list_tasks)
+        server.add_request_handler("tasks/update", TaskUpdateParams, self.update_task)
 
     async def task_calls(self, ctx: ServerRequestContext[Any], call_next: CallNext) -> HandlerResult:
         """The middleware: a task-augmented `tools/call` answered with its task, under the id the client sees."""
         params = ctx.params
         if (
+            ctx.method == "tools/call"
+            and ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
+            and isinstance(params, Mapping)
+            and params.get("name") in (ORCHESTRATE, DELEGATE)
+            and self.plans.running
+            and declares_tasks(ctx)
+        ):
+            # The tasks extension: the server decides, so a plan or a delegation is a task whatever
+            # the request says of tasks; answered at once, run in the background.
+            caller = self._callers.identify(ctx)
+            begun = self.plans.begin(caller, task_call(ctx, call_next))
+            return create_task_result({**begun, "taskId": self._routes.add(caller, GATEWAY, begun["taskId"])})
+        if (
             ctx.method != "tools/call"
             or ctx.request_id is None
-            or ctx.protocol_version in MODERN_PROTOCOL_VERSIONS  # no tasks in that revision
+            or ctx.protocol_version in MODERN_PROTOCOL_VERSIONS  # the extension's tasks: above
             or not isinstance(params, Mapping)
             or not isinstance(task := params.get("task"), Mapping)
         ):
@@ -229,18 +254,50 @@ class TaskHandlers:
             raise _failure(exc) from None
         return _renamed(raw, task_id)
 
+    def _extension_task(self, ctx: ServerRequestContext[Any], method: str, task_id: str) -> tuple[str, str]:
+        """A 2026-07-28 request's task: its caller and the gateway's own id (the extension's tasks
+        are the gateway's own).
+
+        Raises:
+            MCPError: -32021 without the extension; invalid params for an id the client was not given.
+        """
+        if not declares_tasks(ctx):
+            raise missing_extension(method)
+        caller = self._callers.identify(ctx)
+        name, own_id = self._routes.route(caller, task_id)
+        if name != GATEWAY:  # a server's 2025-11-25 task: not reachable in this revision
+            raise MCPError(mcp_types.INVALID_PARAMS, f"Unknown task: {task_id}", data={"taskId": task_id})
+        return caller, own_id
+
     async def get_task(self, ctx: ServerRequestContext[Any], params: mcp_types.GetTaskRequestParams) -> dict[str, Any]:
+        if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+            caller, own_id = self._extension_task(ctx, "tasks/get", params.task_id)
+            return {**self.plans.detailed(caller, own_id), "taskId": params.task_id}
         return await self._forward(ctx, "tasks/get", params.task_id)
 
     async def cancel_task(
         self, ctx: ServerRequestContext[Any], params: mcp_types.CancelTaskRequestParams
     ) -> dict[str, Any]:
+        if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+            caller, own_id = self._extension_task(ctx, "tasks/cancel", params.task_id)
+            await self.plans.end(caller, own_id)
+            return {}  # the extension's ack: the status is for tasks/get to tell
         return await self._forward(ctx, "tasks/cancel", params.task_id)
+
+    async def update_task(self, ctx: ServerRequestContext[Any], params: TaskUpdateParams) -> dict[str, Any]:
+        """The extension's `tasks/update`: answers to the input requests of a task waiting on them."""
+        if ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+            raise removed_method("tasks/update")  # the extension's method; 2025-11-25 has none
+        caller, own_id = self._extension_task(ctx, "tasks/update", params.task_id)
+        self.plans.update(caller, own_id, params.input_responses)
+        return {}
 
     async def task_result(
         self, ctx: ServerRequestContext[Any], params: mcp_types.GetTaskPayloadRequestParams
     ) -> dict[str, Any]:
         """The task's result from its server, through the engine as `tasks/result`."""
+        if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+            raise removed_method("tasks/result")  # the extension inlines the result in tasks/get
         caller = self._callers.identify(ctx)
         name, own_id = self._routes.route(caller, params.task_id)
         if name == GATEWAY:  # the plan's result went through the engine step by step already
@@ -275,6 +332,8 @@ class TaskHandlers:
         self, ctx: ServerRequestContext[Any], params: mcp_types.PaginatedRequestParams | None
     ) -> dict[str, Any]:
         """Every server's tasks of this caller's, merged (a server that fails is left out)."""
+        if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+            raise removed_method("tasks/list")  # the extension has no listing
         caller = self._callers.identify(ctx)
         merged: list[Any] = []
         for name, mine in self._routes.owned(caller).items():
