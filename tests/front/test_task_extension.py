@@ -16,9 +16,9 @@ from typing import Any
 import anyio
 import mcp_types
 import pytest
-from mcp import Client, MCPError
+from mcp import Client, MCPError, StdioServerParameters
 
-from tests.conftest import memory_gateway
+from tests.conftest import TOOLSCORE, fixture_entry, memory_gateway, write_config
 from tests.fixtures.scripted_model import scripted_model
 from tests.loop.conftest import loop_gateway
 from toolscore._sdk import send_as_client, send_raw_request
@@ -231,3 +231,14 @@ async def test_a_delegation_is_a_task_and_its_client_model_answers_by_tasks_upda
             assert done["status"] == "completed", done
             assert done["result"]["structuredContent"]["answer"] == "done: first"
             assert len(model.requests) == 1  # the client's model wrote the second task's turns
+
+
+@pytest.mark.e2e  # `toolscore serve` over stdio: the stdio front's own fast path hands the call to the SDK
+async def test_a_plan_is_a_task_through_toolscore_serve_over_stdio(tmp_path: Path) -> None:
+    config = write_config(tmp_path, {"fx": fixture_entry(tmp_path)})
+    async with Client(StdioServerParameters(command=TOOLSCORE, args=["serve", "--config", str(config)])) as client:
+        assert client.protocol_version == "2026-07-28"
+        created = await plan(client, '<fx><echo>{"text": "over stdio"}</echo></fx>')
+        assert created["resultType"] == "task"
+        done = await settled(client, created["taskId"], "completed", "failed", "cancelled")
+        assert done["status"] == "completed" and "over stdio" in done["result"]["content"][0]["text"]
