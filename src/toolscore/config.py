@@ -858,6 +858,11 @@ class ToolHubSettings(_Frozen):
     """Keep the learned scores across restarts: in Redis with `toolscore.state`, else in `scores_path`."""
     scores_path: str | None = None
     """The scores file (default `<state dir>/toolhub-scores.json`)."""
+    rerank: Literal["off", "embedding"] = "off"
+    """`embedding`: `search_tools` re-ranks its best fifty with a small embedding model, where the
+    package that ships it is installed (`pip install 'toolscore[rerank]'`; docs/toolhub.md)."""
+    rerank_model: str = Field(default="wordllama", pattern=r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+    """The installed Python package whose bundled files hold the re-ranker's model (nothing is fetched)."""
 
 
 class ModelConfig(_Frozen):

@@ -24,6 +24,7 @@ from toolscore.downstream.registry import Registry, Route
 from toolscore.scope import NO_CLIENT, CallScope
 from toolscore.toolhub.capabilities import Capabilities, Tagged, index_capabilities
 from toolscore.toolhub.catalog import CALL_TOOL, OWN_TOOLS, SEARCH_TOOLS, catalog_mode
+from toolscore.toolhub.rerank import Reranker, reranker_for
 from toolscore.toolhub.scoring import Scoreboard
 from toolscore.toolhub.text import words
 from toolscore.types import ProgressFn, ToolSource
@@ -105,12 +106,16 @@ class ToolHub:
         self._refusals = dict(refusals or {})
         self._hidden_for = hidden_for
         self._index: _Index | None = None
+        self._reranker: Reranker | None = reranker_for(self._settings)
 
     def reconfigure(self, config: Config, *, refusals: Mapping[str, str | None]) -> None:
         """Capabilities, argument maps and settings from `config` from now on (a live reload);
         learned scores are kept."""
+        before = (self._settings.rerank, self._settings.rerank_model)
         self._config, self._settings, self._refusals = config, config.settings.toolhub, dict(refusals)
         self._index = None
+        if (self._settings.rerank, self._settings.rerank_model) != before:
+            self._reranker = reranker_for(self._settings)
 
     # -- the index, rebuilt when the registry is (it is immutable, so identity says it changed)
 
@@ -182,7 +187,15 @@ class ToolHub:
         )
         folded: set[str] = set()
         # Ask for more where the caller's rules may leave some out: the best k it may call.
-        for hit in index.search.search(query, k * 2 if hidden is None else k * 8, server=server, capability=capability):
+        wanted = k * 2 if hidden is None else k * 8
+        hits = (
+            index.search.search(query, wanted, server=server, capability=capability)
+            if self._reranker is None
+            else self._reranker.search(
+                index.search, index.capabilities.tools, query, wanted, server=server, capability=capability
+            )
+        )
+        for hit in hits:
             if hit.name in folded or len(found) >= k:
                 continue
             tagged = index.capabilities.tools[hit.name]
