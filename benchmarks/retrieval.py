@@ -1,6 +1,6 @@
 """`search_tools`' retrieval quality on its golden set, and the search latency at 200 and 2,000 tools.
 
-    .venv/bin/python benchmarks/retrieval.py [--rounds 5] [--misses [PART]]
+    .venv/bin/python benchmarks/retrieval.py [--rounds 5] [--misses [PART]] [--rerank [--weights W,W,...]]
 
 The golden set (`benchmarks/data/toolhub_golden.json`, docs/toolhub.md says how it was made) holds
 tool definitions of published MCP servers and queries written as a user would, never naming the
@@ -24,6 +24,12 @@ under other server names, as a large gateway would hold similar servers), p50 an
 (on a busy machine the wall-clock tail is mostly waiting for a CPU). `--misses` lists the queries
 of one part (default `tune+`) whose grade-2 tool is not in the top 5, with what came first.
 
+`--rerank` adds the optional embedding re-rank (`toolhub/rerank.py`; needs `toolscore[rerank]`):
+every part's figures with it off and on, from the same index in the same run, and the search
+latency with it on (the first pass, which embeds the tools it meets, apart from the rest).
+`--weights 0.1,0.2,...` prints the tuning data's figures (`tune+` only) for each blend weight: the
+weight is chosen there, never on `held-out` or `fresh`.
+
 Targets (issue "Finding the right tool among thousands"): recall@5 >= 0.90, MRR >= 0.75,
 p95 <= 5 ms at 2,000 tools.
 """
@@ -34,17 +40,20 @@ import argparse
 import hashlib
 import json
 import math
+import sys
 import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import mcp_types
 from _common import percentile
 
-from toolscore.config import parse_config
+from toolscore.config import ToolHubSettings, parse_config
 from toolscore.downstream.registry import build_registry
-from toolscore.toolhub.capabilities import index_capabilities
-from toolscore.toolhub.search import SearchIndex
+from toolscore.toolhub.capabilities import Tagged, index_capabilities
+from toolscore.toolhub.rerank import WEIGHT, Reranker, reranker_for
+from toolscore.toolhub.search import Hit, SearchIndex
 
 GOLDEN = Path(__file__).parent / "data" / "toolhub_golden.json"
 PARTS = ("tune", "tune-extra", "held-out", "fresh")
@@ -70,21 +79,36 @@ def groups(queries: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     }
 
 
-def index_of(servers: dict[str, list[dict[str, Any]]]) -> SearchIndex:
-    """The gateway's search index over `servers` (name -> tool definitions)."""
+Search = Callable[[str, int], list[Hit]]
+"""A ranker as the benchmark calls it: (query, k) -> hits, best first."""
+
+
+def catalog_of(servers: dict[str, list[dict[str, Any]]]) -> Mapping[str, Tagged]:
+    """The gateway's tagged tools over `servers` (name -> tool definitions), as the index sees them."""
     tools = {name: [mcp_types.Tool.model_validate(t) for t in defs] for name, defs in servers.items()}
     config = parse_config({"mcpServers": {name: {"type": "memory"} for name in servers}})
     routes = list(build_registry(tools, config).routes.values())
-    return SearchIndex(index_capabilities(routes, config).tools)
+    return index_capabilities(routes, config).tools
 
 
-def quality(index: SearchIndex, queries: list[dict[str, Any]]) -> tuple[dict[str, float], list[str]]:
+def index_of(servers: dict[str, list[dict[str, Any]]]) -> SearchIndex:
+    """The gateway's search index over `servers` (name -> tool definitions)."""
+    return SearchIndex(catalog_of(servers))
+
+
+def reranked(reranker: Reranker, index: SearchIndex, tools: Mapping[str, Tagged]) -> Search:
+    """`index` with the second stage, as `ToolHub.search` runs it."""
+    return lambda query, k: reranker.search(index, tools, query, k)
+
+
+def quality(index: SearchIndex | Search, queries: list[dict[str, Any]]) -> tuple[dict[str, float], list[str]]:
     """The metrics over `queries`, and a line per query whose best tool is not in the top 5."""
+    search = index.search if isinstance(index, SearchIndex) else index
     found = {"recall@1": 0.0, "recall@5": 0.0, "recall@10": 0.0, "MRR": 0.0, "nDCG@10": 0.0}
     misses = []
     for entry in queries:
         grades: dict[str, int] = entry["relevant"]
-        ranked = [hit.name for hit in index.search(entry["query"], 100)]
+        ranked = [hit.name for hit in search(entry["query"], 100)]
         first = next((i + 1 for i, name in enumerate(ranked) if grades.get(name) == 2), None)
         for k in (1, 5, 10):
             found[f"recall@{k}"] += first is not None and first <= k
@@ -112,13 +136,14 @@ def scaled(servers: dict[str, list[dict[str, Any]]], total: int) -> dict[str, li
     return out
 
 
-def latency(index: SearchIndex, queries: list[str], rounds: int) -> tuple[list[float], list[float]]:
+def latency(index: SearchIndex | Search, queries: list[str], rounds: int) -> tuple[list[float], list[float]]:
     """Each search's wall-clock and CPU (this thread's) time, in milliseconds."""
+    search = index.search if isinstance(index, SearchIndex) else index
     wall, cpu = [], []
     for _ in range(rounds):
         for query in queries:
             began, began_cpu = time.perf_counter(), time.thread_time()
-            index.search(query, 10)
+            search(query, 10)
             cpu.append((time.thread_time() - began_cpu) * 1000)
             wall.append((time.perf_counter() - began) * 1000)
     return wall, cpu
@@ -134,7 +159,16 @@ def main() -> None:
         choices=(*PARTS, "tune+", "original", "all"),
         help="list the queries of one part (default: tune+, the tuning data) whose tool is not in the top 5",
     )
+    parser.add_argument("--rerank", action="store_true", help="also run with the embedding re-rank (toolscore[rerank])")
+    parser.add_argument(
+        "--weights", help="with --rerank: the tuning data's figures for each of these blend weights (comma-separated)"
+    )
     args = parser.parse_args()
+    reranker = None
+    if args.rerank:
+        reranker = reranker_for(ToolHubSettings(rerank="embedding"))
+        if reranker is None:
+            sys.exit("--rerank needs the re-ranker's model: pip install 'toolscore[rerank]'")
     golden = json.loads(GOLDEN.read_text())
     servers: dict[str, list[dict[str, Any]]] = golden["servers"]
     queries: list[dict[str, Any]] = golden["queries"]
@@ -144,26 +178,51 @@ def main() -> None:
     print(f"golden set: {len(queries)} queries over {tools} tools of {len(servers)} servers")
     print(f"  {graded} graded pairs, {negatives} hard negatives")
     began = time.perf_counter()
-    index = index_of(servers)
+    catalog = catalog_of(servers)
+    index = SearchIndex(catalog)
     print(f"registry, tags and index built in {(time.perf_counter() - began) * 1000:.1f} ms")
     shown: dict[str, list[str]] = {}
-    for name, group in groups(queries).items():
-        metrics, misses = quality(index, group)
-        print(f"{name:>10} ({len(group):3d}): " + "  ".join(f"{m} {v:.3f}" for m, v in metrics.items()))
-        if args.misses == name:
-            shown[name] = misses
+    rankers: dict[str, SearchIndex | Search] = {"": index}
+    if reranker is not None:
+        rankers = {"off": index, f"on ({reranker.weight})": reranked(reranker, index, catalog)}
+    for label, ranker in rankers.items():
+        if label:
+            print(f"re-rank {label}:")
+        for name, group in groups(queries).items():
+            metrics, misses = quality(ranker, group)
+            print(f"{name:>10} ({len(group):3d}): " + "  ".join(f"{m} {v:.3f}" for m, v in metrics.items()))
+            if args.misses == name:
+                shown[f"{name} {label}".strip()] = misses
+    if reranker is not None and args.weights:
+        tuning = groups(queries)["tune+"]
+        for weight in (float(w) for w in args.weights.split(",")):
+            reranker.weight = weight
+            metrics, _ = quality(reranked(reranker, index, catalog), tuning)
+            print(f"weight {weight:.2f}, tune+ only: " + "  ".join(f"{m} {v:.3f}" for m, v in metrics.items()))
+        reranker.weight = WEIGHT
     for name, misses in shown.items():
         print(f"{name}: {len(misses)} queries without their tool in the top 5:")
         print("\n".join(misses))
     words = [q["query"] for q in queries]
     for total in (200, 2000):
-        big = index_of(scaled(servers, total))
-        wall, cpu = latency(big, words, args.rounds)
-        times = {name: (percentile(v, 0.5), percentile(v, 0.95)) for name, v in (("wall", wall), ("CPU", cpu))}
-        print(
-            f"search latency at {len(big)} tools: p50 {times['wall'][0]:.3f} ms  p95 {times['wall'][1]:.3f} ms"
-            f"  (CPU time: p50 {times['CPU'][0]:.3f} ms  p95 {times['CPU'][1]:.3f} ms)"
-        )
+        big_catalog = catalog_of(scaled(servers, total))
+        big = SearchIndex(big_catalog)
+        report(f"search latency at {len(big)} tools", *latency(big, words, args.rounds))
+        if reranker is not None:
+            # a re-ranker of its own, so the first pass embeds the tools as a new gateway would
+            fresh = reranker_for(ToolHubSettings(rerank="embedding")) or reranker
+            with_it = reranked(fresh, big, big_catalog)
+            report("  re-rank on, first pass (tools embedded)", *latency(with_it, words, 1))
+            report("  re-rank on, after it", *latency(with_it, words, args.rounds))
+
+
+def report(what: str, wall: list[float], cpu: list[float]) -> None:
+    """One latency line: wall-clock and CPU p50/p95."""
+    times = {name: (percentile(v, 0.5), percentile(v, 0.95)) for name, v in (("wall", wall), ("CPU", cpu))}
+    print(
+        f"{what}: p50 {times['wall'][0]:.3f} ms  p95 {times['wall'][1]:.3f} ms"
+        f"  (CPU time: p50 {times['CPU'][0]:.3f} ms  p95 {times['CPU'][1]:.3f} ms)"
+    )
 
 
 if __name__ == "__main__":

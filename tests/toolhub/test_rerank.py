@@ -189,3 +189,14 @@ def test_a_paraphrase_without_shared_words_ranks_the_right_tool_higher() -> None
         assert first == sorted(first)
         second = [h.name for h in on().search(index, tools, query, 6)]
         assert second.index(f"kit__{right}") < first.index(f"kit__{right}"), (query, second)
+
+
+@needs_model
+def test_the_hub_searches_through_the_rerank_when_it_is_on() -> None:
+    off = _hub_search({}, "rename or read a file")
+    with captured_logs() as logs:
+        on_ = _hub_search({"rerank": "embedding"}, "rename or read a file")
+    assert logs == []
+    assert sorted(e["name"] for e in on_) == sorted(e["name"] for e in off)
+    # the blend's scores (at most 1), not the first stage's
+    assert [e["score"] for e in on_] != [e["score"] for e in off] and max(e["score"] for e in on_) <= 1.0

@@ -24,12 +24,13 @@ from toolscore.downstream.registry import Registry, Route
 from toolscore.scope import NO_CLIENT, CallScope
 from toolscore.toolhub.capabilities import Capabilities, Tagged, index_capabilities
 from toolscore.toolhub.catalog import CALL_TOOL, OWN_TOOLS, SEARCH_TOOLS, catalog_mode
-from toolscore.toolhub.rerank import Reranker, reranker_for
 from toolscore.toolhub.scoring import Scoreboard
 from toolscore.toolhub.text import words
 from toolscore.types import ProgressFn, ToolSource
 
 if TYPE_CHECKING:
+    from toolscore.config import ToolHubSettings
+    from toolscore.toolhub.rerank import Reranker
     from toolscore.toolhub.sampling import Sample
     from toolscore.toolhub.search import SearchIndex
 
@@ -69,6 +70,15 @@ class _Index:
     """Built by the first search."""
 
 
+def _reranker_for(settings: ToolHubSettings) -> Reranker | None:
+    """The search's optional second stage, imported only where it is configured on."""
+    if settings.rerank == "off":
+        return None
+    from toolscore.toolhub.rerank import reranker_for
+
+    return reranker_for(settings)
+
+
 def _first_line(outcome: CallOutcome) -> str:
     for block in outcome.result.content:
         if isinstance(block, mcp_types.TextContent):
@@ -106,7 +116,7 @@ class ToolHub:
         self._refusals = dict(refusals or {})
         self._hidden_for = hidden_for
         self._index: _Index | None = None
-        self._reranker: Reranker | None = reranker_for(self._settings)
+        self._reranker = _reranker_for(self._settings)
 
     def reconfigure(self, config: Config, *, refusals: Mapping[str, str | None]) -> None:
         """Capabilities, argument maps and settings from `config` from now on (a live reload);
@@ -115,7 +125,7 @@ class ToolHub:
         self._config, self._settings, self._refusals = config, config.settings.toolhub, dict(refusals)
         self._index = None
         if (self._settings.rerank, self._settings.rerank_model) != before:
-            self._reranker = reranker_for(self._settings)
+            self._reranker = _reranker_for(self._settings)
 
     # -- the index, rebuilt when the registry is (it is immutable, so identity says it changed)
 
