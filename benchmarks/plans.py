@@ -1,6 +1,6 @@
 """The plan scheduler against fixture servers, with direct-client floors measured in the same run.
 
-    .venv/bin/python benchmarks/plans.py [--repeat 3] [--parse-only] [--cpu-rounds 9]
+    .venv/bin/python benchmarks/plans.py [--repeat 3] [--parse-only] [--cpu-rounds 9] [--episode-save]
 
 Plans go straight to the gateway's `orchestrate` (no front client), so the figures are the
 scheduler plus the engine plus the stdio downstream hop. Each figure is the median of --repeat runs.
@@ -8,7 +8,8 @@ First, parse + check alone (no I/O) for plans of 50, 500 and 2,000 steps: the co
 stays flat when both are linear. Last, the gateway's CPU per plan step beside a passthrough
 call's through the same engine in the same process (the process's CPU time, the fixture server
 apart), in alternating rounds: plans of `<parallel>` of 1 and of 10 echo steps give the cost per
-step (the difference over 9) and per plan.
+step (the difference over 9) and per plan. `--episode-save` alone: how long a plan's answer
+waits for its episode's save to the SQLite file (`toolscore.loop.store`), 300 saves.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from typing import Any
 
 import anyio
 import mcp_types
+from _common import percentile
 from mcp import Client, StdioServerParameters
 
 from toolscore import MemoryAuditSink, open_gateway, parse_config
@@ -121,8 +123,12 @@ async def main() -> None:
     parser.add_argument("--parse-only", action="store_true", help="only the parse + check figures")
     parser.add_argument("--cpu-rounds", type=int, default=9, help="rounds of the CPU per step figure")
     parser.add_argument("--cpu-only", action="store_true", help="only the CPU per step figure")
+    parser.add_argument("--episode-save", action="store_true", help="only the episode save's wait")
     args = parser.parse_args()
     configure_logging("error")
+    if args.episode_save:
+        await episode_save()
+        return
     parse_and_check(args.repeat)
     if args.parse_only:
         return
@@ -253,6 +259,36 @@ async def cpu_per_step(gw: Any, version: str | None, rounds: int, per_round: int
         else:
             low, mid = min(values), statistics.median(values)
         print(f"{'  ' + name:44} {low:8.3f} {mid:8.3f}")
+
+
+async def episode_save(saves: int = 300) -> None:
+    """The time `DurableEpisodes.save` keeps a plan's answer waiting, with a plan's worth of time between saves."""
+    from toolscore.loop.store import DurableEpisodes, EpisodeDB
+    from toolscore.plan.run import StepRecord
+    from toolscore.plan.tool import EpisodeStore
+
+    db = EpisodeDB(Path(tempfile.mkdtemp(prefix="toolscore-bench-")) / "episodes.sqlite3", ttl_seconds=3600)
+    episodes = EpisodeStore(per_caller=64, max_callers=64)
+    episode = episodes.new("bench")
+    for n in range(1, 4):
+        text = "hello " * 20
+        episode.steps[n] = StepRecord(n, f"s{n}", "fx", "echo", status="ok", text=text, json={"n": n}, attempts=1)
+    durable = DurableEpisodes(db, episodes)
+    answer = mcp_types.CallToolResult(content=[], structured_content={"episode": episode.id})
+    waits: list[float] = []
+    began_cpu = time.process_time()
+    for n in range(50 + saves):
+        began = time.perf_counter()
+        await durable.save("bench", answer)
+        if n >= 50:  # the first ones open the file
+            waits.append(time.perf_counter() - began)
+        await anyio.sleep(0.002)
+    cpu = (time.process_time() - began_cpu) / (50 + saves)
+    db.close()
+    print(
+        f"{'episode save: the answer waits':44} p50 {statistics.median(waits) * 1000:.3f} ms,"
+        f" p95 {percentile(waits, 0.95) * 1000:.3f} ms; process CPU per save and sleep {cpu * 1000:.3f} ms"
+    )
 
 
 if __name__ == "__main__":
