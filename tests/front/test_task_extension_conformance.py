@@ -7,27 +7,22 @@ tolerated, `resultType` on every answer. Its other checks call the suite's own f
 (`slow_compute`, `failing_job`, ...) and expect a server's tool to run as an extension task, which
 the gateway does not relay yet (docs/conformance.md#the-2026-07-28-surface): those are named
 below and must fail for that reason alone. The suite never runs extension scenarios on its own
-(`--force`). It is installed by `scripts/conformance`; without it this skips.
+(`--force`). The suite is installed on first need
+(tests/front/suite.py); without npm this skips.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import FIXTURES, http_gateway_process, write_config
+from tests.front.suite import needs_npm, run_scenario
 
 pytestmark = pytest.mark.e2e
-
-ROOT = Path(__file__).resolve().parents[2]
-SUITE = ROOT / ".toolscore" / "conformance" / "node_modules"
-NODE = SUITE / "node" / "bin" / "node"
-CLI = SUITE / "@modelcontextprotocol" / "conformance" / "dist" / "index.js"
 
 PASSING = {
     "tasks-capability-negotiation": {
@@ -57,28 +52,15 @@ NEEDS_A_TASK_SERVER = {
 }
 
 
-@pytest.mark.skipif(not (NODE.exists() and CLI.exists()), reason="the suite is installed by scripts/conformance")
+@needs_npm
 @pytest.mark.parametrize("scenario", sorted(PASSING))
 def test_the_suites_tasks_scenarios_pass_through_the_gateway_where_the_gateway_answers(
     tmp_path: Path, scenario: str
 ) -> None:
     entry = {"command": sys.executable, "args": [str(FIXTURES / "fixture_server.py")]}
     entry["env"] = {"FIXTURE_STATE_DIR": str(tmp_path)}
-    out = tmp_path / "results"
-    options = ["--scenario", scenario, "--spec-version", "2026-07-28", "--force", "--timeout", "15000", "-o", str(out)]
     with http_gateway_process(write_config(tmp_path, {"fx": entry})) as base:
-        run = subprocess.run(
-            [str(NODE), str(CLI), "server", "--url", f"{base}/mcp", *options],
-            capture_output=True,
-            text=True,
-            timeout=300,
-            check=False,
-            env={**os.environ, "NO_PROXY": "127.0.0.1", "no_proxy": "127.0.0.1"},
-        )
-    report = run.stdout + run.stderr
-    found = list(out.glob(f"server-{scenario}-*/checks.json"))
-    assert len(found) == 1, report
-    checks = json.loads(found[0].read_text())
+        checks, report = run_scenario(f"{base}/mcp", scenario, tmp_path / "results")
     statuses = {check["id"]: check["status"] for check in checks}
     assert {c for c, status in statuses.items() if status == "SUCCESS"} == PASSING[scenario], json.dumps(
         checks, indent=1
