@@ -1,13 +1,16 @@
-"""What several benchmarks share: percentiles, a free loopback port, waiting for a server to listen.
+"""What several benchmarks share: percentiles, a free loopback port, waiting for a server to listen,
+the processes alive and their CPU time.
 
 The benchmarks run as scripts (`python benchmarks/NAME.py`), so this directory is on their path.
 """
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import time
+from pathlib import Path
 
 import httpx2
 
@@ -40,3 +43,23 @@ def wait_serving(process: subprocess.Popen[bytes], port: int, name: str, seconds
             time.sleep(0.1)
     process.kill()
     raise SystemExit(f"{name} did not start listening within {seconds:g} s")
+
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def processes() -> dict[int, tuple[int, float]]:
+    """pid -> (parent pid, CPU seconds so far) of every live process, from /proc."""
+    found: dict[int, tuple[int, float]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue  # it exited meanwhile
+        fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (comm) ": state, ppid, ...
+        if fields[0] == "Z":
+            continue  # exited, not yet reaped: an earlier run's
+        found[int(entry)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / CLOCK_TICKS)
+    return found

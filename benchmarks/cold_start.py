@@ -42,11 +42,11 @@ from datetime import datetime
 from pathlib import Path
 
 import anyio
+from _common import processes as live_processes
 from mcp import Client, StdioServerParameters
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURE = ROOT / "tests" / "fixtures" / "fixture_server.py"
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 GROUPS: list[tuple[str, str]] = [
     ("the config (pydantic, the config models)", "import toolscore.config"),
@@ -77,23 +77,6 @@ print(json.dumps(out))
 """
 
 
-def _processes() -> dict[int, tuple[int, float]]:
-    """pid -> (parent pid, CPU seconds so far) of every live process, from /proc."""
-    found: dict[int, tuple[int, float]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2 :].split()
-        if fields[0] == "Z":
-            continue
-        found[int(entry)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / CLOCK_TICKS)
-    return found
-
-
 def _status_kb(pid: int, path: str, field: str) -> float:
     try:
         text = Path(f"/proc/{pid}/{path}").read_text()
@@ -105,7 +88,7 @@ def _status_kb(pid: int, path: str, field: str) -> float:
 
 def tree_figures() -> dict[str, float]:
     """CPU seconds, PSS and process count of each tree this process spawned; the top's VmHWM."""
-    processes = _processes()
+    processes = live_processes()
     children: dict[int, list[int]] = defaultdict(list)
     for pid, (parent, _) in processes.items():
         children[parent].append(pid)

@@ -36,6 +36,7 @@ from pathlib import Path
 
 import anyio
 from _common import percentile
+from _common import processes as live_processes
 from mcp import Client, StdioServerParameters
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -43,7 +44,6 @@ FIXTURE = ROOT / "tests" / "fixtures" / "fixture_server.py"
 HERE = Path(__file__).resolve().parent
 TOOLSCORE = str(Path(sys.executable).parent / "toolscore")
 MIB = 1 << 20
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 PLAN_STEPS = 10
 
 
@@ -61,26 +61,9 @@ class Route:
         return self.prefix + name
 
 
-def _processes() -> dict[int, tuple[int, float]]:
-    """pid -> (parent pid, CPU seconds so far) of every live process, from /proc."""
-    found: dict[int, tuple[int, float]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue  # it exited meanwhile
-        fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (comm) ": state, ppid, ...
-        if fields[0] == "Z":
-            continue  # exited, not yet reaped: an earlier path's
-        found[int(entry)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / CLOCK_TICKS)
-    return found
-
-
 def spawned_tree() -> tuple[int, float]:
     """The process this benchmark spawned (the client's server) and the CPU seconds of its whole tree."""
-    processes = _processes()
+    processes = live_processes()
     children: dict[int, list[int]] = defaultdict(list)
     for pid, (parent, _) in processes.items():
         children[parent].append(pid)
