@@ -25,9 +25,9 @@ from toolscore.toolhub.text import terms
 
 GOLDEN = Path(__file__).parents[2] / "benchmarks" / "data" / "toolhub_golden.json"
 FLOORS = {
-    "tune+": {"recall@5": 0.89, "recall@10": 0.93, "MRR": 0.78, "nDCG@10": 0.81},
-    "held-out": {"recall@5": 0.88, "recall@10": 0.92, "MRR": 0.69, "nDCG@10": 0.74},
-    "fresh": {"recall@5": 0.73, "recall@10": 0.85, "MRR": 0.58, "nDCG@10": 0.64},
+    "tune+": {"recall@5": 0.90, "recall@10": 0.93, "MRR": 0.80, "nDCG@10": 0.82},
+    "held-out": {"recall@5": 0.88, "recall@10": 0.92, "MRR": 0.70, "nDCG@10": 0.75},
+    "fresh": {"recall@5": 0.75, "recall@10": 0.85, "MRR": 0.60, "nDCG@10": 0.65},
 }
 
 

@@ -1,5 +1,6 @@
 """The ranking behaviours of `search_tools` beyond plain BM25F: word forms, values, relatives,
-intents, coverage, the name's prior, and that the order is one order, whatever k and input order."""
+intents, coverage, the name's prior, the demotions (a tool that acts where the query asks to read,
+a deprecated tool), and that the order is one order, whatever k and input order."""
 
 from __future__ import annotations
 
@@ -200,6 +201,82 @@ def test_question_words_ask_for_their_intent_below_any_query_word() -> None:
     # only a question word that opens the query (or a clause) asks: "when" here is a condition
     assert "s0__current_time" not in names(idx, "set an alarm when the build ends", 2)
     assert "s0__current_time" in names(idx, "the build, when does it end", 2)
+
+
+def test_a_query_that_asks_to_read_demotes_tools_that_act_with_a_verb_it_does_not_ask_for() -> None:
+    idx = build(
+        tool("cookie_set", "Set a cookie.", {"name": {}, "domain": {"description": "The site it is for."}}),
+        tool("cookie_list", "List all cookies of the browser.", {}),
+        tool("cookie_delete", "Delete a cookie.", {"name": {}}),
+        *(tool(f"other_{i}", f"Something else entirely, number {i}.", {}) for i in range(6)),
+    )
+    # a question, or a request to see, asks to read: a tool whose name acts (set, delete) with a
+    # verb the query does not reach scores half
+    for reading in ("what about the site's cookies", "the site's cookies?", "show the site's cookies"):
+        assert score(idx, reading, "cookie_set") == pytest.approx(
+            score(idx, "the site's cookies", "cookie_set") * search._UNASKED_ACTION, rel=1e-3
+        )
+    assert score(idx, "show the site's cookies", "cookie_list") == pytest.approx(
+        score(idx, "the site's cookies", "cookie_list"), rel=1e-3
+    )  # a read verb's tool is not demoted
+    # the verb asked for, by itself or by a synonym (remove: delete), keeps its tool where it was;
+    # the other acting tool falls below the one that reads
+    assert names(idx, "which cookie should I delete", 3) == ["s0__cookie_delete", "s0__cookie_list", "s0__cookie_set"]
+    assert names(idx, "can I remove cookies?", 3) == ["s0__cookie_delete", "s0__cookie_list", "s0__cookie_set"]
+    assert score(idx, "can I remove cookies?", "cookie_delete") == pytest.approx(
+        score(idx, "remove cookies", "cookie_delete"), rel=1e-3
+    )
+    # a query that may ask to act is left alone: how to act, or no question at all
+    assert score(idx, "how do I set a cookie for the site", "cookie_set") == pytest.approx(
+        score(idx, "set a cookie for the site", "cookie_set"), rel=1e-3
+    )
+    assert score(idx, "cookies of the site", "cookie_set") == pytest.approx(
+        score(idx, "the site's cookies", "cookie_set"), rel=1e-3
+    )
+
+
+@pytest.mark.parametrize(
+    ("query", "reads"),
+    [
+        ("what time is it", True),
+        ("What's staged", True),
+        ("which branches exist", True),
+        ("is the folder there", True),
+        ("how many files are open", True),
+        ("the open issues?", True),
+        ("show me config.yaml", True),
+        ("list my gists", True),
+        ("how do I delete a branch", False),
+        ("how to reset the index", False),
+        ("delete the branch", False),
+        ("open issues", False),
+        ("", False),
+    ],
+)
+def test_what_asks_to_read(query: str, reads: bool) -> None:
+    assert search._reads(query) is reads
+
+
+def test_a_deprecated_tool_comes_after_its_replacement() -> None:
+    idx = build(
+        tool("read_file", "Read the contents of a file as text. DEPRECATED: Use read_text_file instead.", {"path": {}}),
+        tool("read_text_file", "Read the complete contents of a file from the file system as text.", {"path": {}}),
+    )
+    assert names(idx, "read a file", 2) == ["s0__read_text_file", "s0__read_file"]
+    for text, deprecated in [
+        ("DEPRECATED: use other_tool.", True),
+        ("Old. Deprecated since 2.0", True),
+        ("(deprecated) Lists things.", True),
+        ("This tool is now deprecated.", True),
+        ("Lists deprecated APIs of a module.", False),
+        ("Says whether an API is deprecated.", False),
+    ]:
+        assert bool(search._DEPRECATED_TEXT.search(text)) is deprecated, text
+    titled = build(
+        tool("old_read", "Read a file.", {"path": {}}, title="Read (deprecated)"),
+        tool("new_read", "Read a file.", {"path": {}}, title="Read"),
+    )
+    assert names(titled, "read a file", 2) == ["s0__new_read", "s0__old_read"]
 
 
 def test_the_order_is_one_order_whatever_k_and_input_order() -> None:
