@@ -6,6 +6,7 @@ import itertools
 import json
 import os
 import socket
+import ssl
 import subprocess
 import sys
 import threading
@@ -154,33 +155,58 @@ async def http_client(url: str, token: str | None, mode: str) -> AsyncIterator[C
         yield session
 
 
-def start_http_gateway(config: Path, *, env: dict[str, str] | None = None) -> tuple[subprocess.Popen[bytes], str]:
+def wait_until_answering(
+    url: str,
+    proc: subprocess.Popen[bytes] | None = None,
+    *,
+    errlog: Path | None = None,
+    verify: bool | str | ssl.SSLContext = True,
+) -> None:
+    """Wait until `url` answers HTTP, whatever the status (the answer's body is not read).
+
+    A hang detector, not a speed check: a loaded machine can take many seconds to start Python, so
+    the ceiling is a minute. When `proc` exits first, or the minute passes, it is killed and reaped
+    (else its `Popen` warns inside whichever test runs next) and the error quotes `errlog`'s tail.
+    """
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            with httpx2.stream("GET", url, timeout=10, verify=verify):
+                return
+        except httpx2.TransportError:
+            exited = proc is not None and proc.poll() is not None
+            if not exited and time.monotonic() < deadline:
+                time.sleep(0.1)
+                continue
+        said = f": {errlog.read_text(errors='replace')[-2000:]}" if errlog is not None and errlog.is_file() else ""
+        if proc is None:
+            raise RuntimeError(f"nothing answered at {url} within 60 s")
+        if exited:
+            raise RuntimeError(f"the process serving {url} exited with {proc.returncode}{said}")
+        proc.kill()
+        proc.wait()
+        raise RuntimeError(f"the process serving {url} did not answer within 60 s{said}")
+
+
+def start_http_gateway(
+    config: Path, *args: str, env: dict[str, str] | None = None
+) -> tuple[subprocess.Popen[bytes], str]:
     """`toolscore serve --transport http` on a free loopback port, once it answers; (process, base URL).
 
-    Its stderr goes to `gateway-stderr.txt` beside the config, and is quoted when it does not come up.
+    `args` go to `serve`. Its stderr goes to `gateway-stderr.txt` beside the config, and is quoted
+    when it does not come up.
     """
     port = free_port()
     errlog = config.parent / "gateway-stderr.txt"
     with errlog.open("ab") as sink:
         proc = subprocess.Popen(
-            [TOOLSCORE, "serve", "--transport", "http", "--port", str(port), "--config", str(config)],
+            [TOOLSCORE, "serve", "--transport", "http", "--port", str(port), "--config", str(config), *args],
             stderr=sink,
             env={**os.environ, **(env or {})},
         )
     base = f"http://127.0.0.1:{port}"
-    # A hang detector, not a speed check: a loaded machine can take many seconds to start Python.
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            httpx2.get(base + "/", timeout=10)
-            return proc, base
-        except httpx2.TransportError:
-            if proc.poll() is not None:
-                raise RuntimeError(f"the gateway exited with {proc.returncode}: {errlog.read_text()[-2000:]}") from None
-            time.sleep(0.1)
-    proc.kill()
-    proc.wait()  # reaped here, or its Popen warns inside whichever test runs next
-    raise RuntimeError(f"the gateway did not answer within 60 s: {errlog.read_text()[-2000:]}")
+    wait_until_answering(base + "/", proc, errlog=errlog)
+    return proc, base
 
 
 @contextmanager
@@ -239,3 +265,4 @@ def _no_processes_unless_e2e(item: pytest.Item) -> Iterator[None]:
         subprocess.Popen.__init__ = original  # type: ignore[method-assign]
         for name, call in os_calls.items():
             setattr(os, name, call)
+

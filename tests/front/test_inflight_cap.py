@@ -13,13 +13,11 @@ import json
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import anyio
-import httpx2
 import mcp_types
 import pytest
 from mcp import Client
@@ -33,6 +31,7 @@ from tests.conftest import (
     make_config,
     running_gateway,
     text,
+    wait_until_answering,
     write_config,
 )
 from tests.security.test_limits import answer
@@ -210,13 +209,7 @@ def http_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     env = {k: v for k, v in os.environ.items() if k != "TOOLSCORE_TOKEN"}
     proc = subprocess.Popen([*argv, "--token-file", str(tokens)], stderr=subprocess.DEVNULL, env=env)
     try:
-        while True:  # until it listens (the ceiling: the test's own timeout)
-            assert proc.poll() is None, "the gateway exited"
-            try:
-                httpx2.get(f"http://127.0.0.1:{port}/", timeout=10)
-                break
-            except httpx2.TransportError:
-                time.sleep(0.1)
+        wait_until_answering(f"http://127.0.0.1:{port}/", proc)
         yield f"http://127.0.0.1:{port}/mcp"
     finally:
         proc.terminate()

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 from collections.abc import Iterator
 from typing import Any
 
 import httpx2
 import pytest
 
-from tests.conftest import TOOLSCORE, fixture_entry, free_port, write_config
+from tests.conftest import TOOLSCORE, fixture_entry, free_port, wait_until_answering, write_config
 from tests.security.test_limits import answer, call, send
 
 pytestmark = pytest.mark.e2e
@@ -81,14 +80,7 @@ def http(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Http]:
     argv = [TOOLSCORE, "serve", "--transport", "http", "--port", str(port), "--config", str(path)]
     proc = subprocess.Popen(argv, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}/mcp"
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            httpx2.get(f"http://127.0.0.1:{port}/", timeout=10)
-            break
-        except httpx2.TransportError:
-            assert time.monotonic() < deadline and proc.poll() is None, "the gateway did not start"
-            time.sleep(0.1)
+    wait_until_answering(f"http://127.0.0.1:{port}/", proc)
     client = Http(url)
     try:
         yield client

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,7 @@ from typing import Any
 import httpx2
 import pytest
 
-from tests.conftest import TOOLSCORE, fixture_entry, free_port, write_config
+from tests.conftest import TOOLSCORE, fixture_entry, free_port, wait_until_answering, write_config
 from tests.reliability.test_bad_input import Http as SessionHttp
 from tests.security.test_limits import answer, send
 
@@ -190,14 +189,7 @@ def http_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     port = free_port()
     argv = [TOOLSCORE, "serve", "--transport", "http", "--port", str(port), "--config", str(path)]
     proc = subprocess.Popen(argv, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            httpx2.get(f"http://127.0.0.1:{port}/", timeout=10)
-            break
-        except httpx2.TransportError:
-            assert time.monotonic() < deadline and proc.poll() is None, "the gateway did not start"
-            time.sleep(0.1)
+    wait_until_answering(f"http://127.0.0.1:{port}/", proc)
     yield f"http://127.0.0.1:{port}/mcp"
     proc.terminate()
     assert proc.wait(timeout=60) == 0  # and it was alive to the end

@@ -40,6 +40,7 @@ from tests.conftest import (
     make_config,
     running_gateway,
     wait_for,
+    wait_until_answering,
     write_config,
 )
 from tests.security.test_oauth import ISSUER, Issuer, Recorder, _settings
@@ -161,23 +162,12 @@ def downstreams(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, 
         procs.append(subprocess.Popen([sys.executable, FIXTURE_SERVER, "--http", str(port)], env=env))
         found[name] = Downstream(f"http://127.0.0.1:{port}/mcp", log)
     for downstream in found.values():
-        _listening(downstream.url)
+        # Up before the gateway starts: one that connected too early would back off for seconds.
+        wait_until_answering(downstream.url)
     yield found
     for proc in procs:
         proc.terminate()
         proc.wait(60)
-
-
-def _listening(url: str) -> None:
-    """Wait until a fixture server answers (a gateway started before would back off for seconds)."""
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            with httpx2.stream("GET", url, timeout=10):
-                return
-        except httpx2.TransportError:
-            assert time.monotonic() < deadline, f"the fixture server at {url} did not start"
-            time.sleep(0.1)
 
 
 def _exchange(endpoint: str, **extra: Any) -> dict[str, Any]:
@@ -233,16 +223,8 @@ def _gateway_on(config: Path, port: int, env: dict[str, str]) -> Iterator[str]:
     argv = [TOOLSCORE, "serve", "--transport", "http", "--config", str(config), "--port", str(port)]
     proc = subprocess.Popen(argv, stderr=subprocess.DEVNULL, env={**os.environ, **env})
     base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
     try:
-        while True:
-            assert proc.poll() is None, "the gateway exited"
-            try:
-                httpx2.get(base + "/", timeout=10)
-                break
-            except httpx2.TransportError:
-                assert time.monotonic() < deadline, "the gateway did not start listening"
-                time.sleep(0.1)
+        wait_until_answering(base + "/", proc)
         yield base
     finally:
         proc.terminate()
@@ -382,7 +364,7 @@ def recording_server(tmp_path: Path) -> Iterator[Any]:
         env = {**os.environ, "FIXTURE_STATE_DIR": str(tmp_path), "FIXTURE_AUTH_LOG": str(log)}
         procs.append(subprocess.Popen([sys.executable, FIXTURE_SERVER, flag, str(port)], env=env))
         url = f"http://127.0.0.1:{port}" + ("/mcp" if flag == "--http" else "/sse")
-        _listening(url)
+        wait_until_answering(url, procs[-1])
         return url, Downstream(url, log)
 
     yield start

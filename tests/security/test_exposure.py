@@ -10,7 +10,6 @@ import os
 import secrets
 import ssl
 import subprocess
-import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +21,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
-from tests.conftest import TOOLSCORE, fixture_entry, free_port
+from tests.conftest import TOOLSCORE, fixture_entry, free_port, wait_until_answering
 from toolscore.config import HttpSettings
 from toolscore.front.http import is_loopback, resolve_exposure
 
@@ -105,15 +104,7 @@ def spawn(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Spawn]:
             proc = subprocess.Popen([*args, "--port", str(port)], stderr=sink, env=env)
         started.append(proc)
         base = f"{scheme}://127.0.0.1:{port}"
-        deadline = time.monotonic() + 60  # a hang detector, not a speed check
-        while True:
-            assert proc.poll() is None, stderr.read_text()
-            try:
-                httpx2.get(base + "/", timeout=10, verify=verify)
-                break
-            except httpx2.TransportError:
-                assert time.monotonic() < deadline, "the gateway did not start listening"
-                time.sleep(0.1)
+        wait_until_answering(base + "/", proc, errlog=stderr, verify=verify)
         return Gateway(proc, port, base + "/mcp", token, stderr, verify)
 
     yield start

@@ -29,7 +29,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from starlette.types import Receive, Scope, Send
 
-from tests.conftest import TOOLSCORE, fixture_entry, free_port, text
+from tests.conftest import TOOLSCORE, fixture_entry, free_port, text, wait_until_answering
 from toolscore.config import HttpAuth, HttpSettings, parse_config
 from toolscore.errors import ConfigError
 from toolscore.front.callers import PRINCIPAL_SCOPE_KEY, ROLES_SCOPE_KEY
@@ -571,15 +571,7 @@ def oauth_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[st
     env = {k: v for k, v in os.environ.items() if k != "TOOLSCORE_TOKEN"}
     argv = [TOOLSCORE, "serve", "--transport", "http", "--config", str(config), "--port", str(port)]
     proc = subprocess.Popen(argv, stderr=subprocess.DEVNULL, env=env)
-    deadline = time.monotonic() + 60
-    while True:
-        assert proc.poll() is None, "the gateway exited"
-        try:
-            httpx2.get(f"http://127.0.0.1:{port}/", timeout=60)
-            break
-        except httpx2.TransportError:
-            assert time.monotonic() < deadline, "the gateway did not start listening"
-            time.sleep(0.1)
+    wait_until_answering(f"http://127.0.0.1:{port}/", proc)
     yield f"http://127.0.0.1:{port}/mcp", issuer
     proc.terminate()
     assert proc.wait(timeout=60) == 0

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,7 +20,7 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from tests.conftest import TOOLSCORE, fixture_entry, free_port, http_client, text, wait_for
+from tests.conftest import TOOLSCORE, fixture_entry, free_port, http_client, text, wait_for, wait_until_answering
 from toolscore.errors import ConfigError
 from toolscore.front.http import SINGLE_PRINCIPAL, parse_token_file
 
@@ -72,15 +71,8 @@ def _start(tmp_path: Path, *flags: str) -> tuple[subprocess.Popen[bytes], str]:
     env = {k: v for k, v in os.environ.items() if k != "TOOLSCORE_TOKEN"}
     argv = [TOOLSCORE, "serve", "--transport", "http", "--config", str(config), "--port", str(port), *flags]
     proc = subprocess.Popen(argv, stderr=subprocess.DEVNULL, env=env)
-    deadline = time.monotonic() + 60
-    while True:
-        assert proc.poll() is None, "the gateway exited"
-        try:
-            httpx2.get(f"http://127.0.0.1:{port}/", timeout=10)
-            return proc, f"http://127.0.0.1:{port}/mcp"
-        except httpx2.TransportError:
-            assert time.monotonic() < deadline, "the gateway did not start listening"
-            time.sleep(0.1)
+    wait_until_answering(f"http://127.0.0.1:{port}/", proc)
+    return proc, f"http://127.0.0.1:{port}/mcp"
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
