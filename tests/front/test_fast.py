@@ -22,7 +22,7 @@ import anyio
 import mcp_types
 import pytest
 from anyio.streams.buffered import BufferedByteReceiveStream
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from mcp import Client, StdioServerParameters
 
@@ -323,14 +323,21 @@ _params = st.fixed_dictionaries(
 )
 
 
-@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(
-    batch=st.lists(st.tuples(_ids, _params, st.sampled_from(["tools/call", "tools/cal", "TOOLS/CALL"])), max_size=40)
-)
+_batches = st.lists(st.tuples(_ids, _params, st.sampled_from(["tools/call", "tools/cal", "TOOLS/CALL"])), max_size=40)
+
+
+@pytest.mark.parametrize("examples", [pytest.param(3, id="short"), pytest.param(25, id="long", marks=pytest.mark.soak)])
 def test_random_traffic_gets_exactly_one_answer_per_request(
-    tmp_path_factory: pytest.TempPathFactory, batch: list[Any]
+    tmp_path_factory: pytest.TempPathFactory, examples: int
 ) -> None:
-    anyio.run(_random_traffic, tmp_path_factory.mktemp("fuzz"), batch)
+    # Each example starts a gateway and its server: the short run's examples differ from run to
+    # run, the `soak` run (CI) draws more.
+    @settings(max_examples=examples, deadline=None)
+    @given(batch=_batches)
+    def answered_once(batch: list[Any]) -> None:
+        anyio.run(_random_traffic, tmp_path_factory.mktemp("fuzz"), batch)
+
+    answered_once()
 
 
 async def _random_traffic(tmp_path: Path, batch: list[Any]) -> None:

@@ -16,6 +16,7 @@ import os
 import re
 import select
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -150,6 +151,23 @@ def test_the_docs_show_commands_and_the_extraction_sees_them() -> None:
 
 @pytest.fixture
 def workdir(tmp_path: Path) -> Path:
+    return _workdir(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def audited(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An audit log with one call in it, made once: the `toolscore audit` commands report on a copy.
+
+    Asked for by name by those tests alone, so the module's other tests share nothing and spread
+    over the workers (tests/conftest.py).
+    """
+    workdir = _workdir(tmp_path_factory.mktemp("audited"))
+    call = ["toolscore", "call", "fx__echo", "--args", '{"text": "x"}']
+    subprocess.run(call, cwd=workdir, env=_environment(workdir), check=True, timeout=120)
+    return workdir / "audit.jsonl"
+
+
+def _workdir(tmp_path: Path) -> Path:
     state = tmp_path / "state"
     config = {
         "mcpServers": {"fx": {**fixture_entry(tmp_path), "capabilities": ["search"]}},
@@ -265,12 +283,14 @@ def _run_serving(command: str, workdir: Path, env: dict[str, str]) -> None:
 
 
 @pytest.mark.parametrize(("where", "command"), COMMANDS, ids=[c for _, c in COMMANDS])
-def test_a_documented_command_runs_and_exits_as_documented(where: str, command: str, workdir: Path) -> None:
+def test_a_documented_command_runs_and_exits_as_documented(
+    where: str, command: str, workdir: Path, request: pytest.FixtureRequest
+) -> None:
     if reason := next((why for prefix, why in EXEMPT.items() if command.startswith(prefix)), None):
         pytest.skip(f"{where}: not run here: {reason}")
     env = _environment(workdir)
     if command.startswith("toolscore audit"):  # something to report on
-        subprocess.run(["toolscore", "call", "fx__echo", "--args", '{"text": "x"}'], cwd=workdir, env=env, check=True)
+        shutil.copyfile(request.getfixturevalue("audited"), workdir / "audit.jsonl")
     if _serves(command):
         _run_serving(command, workdir, env)
         return
