@@ -21,6 +21,7 @@ import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from json.encoder import encode_basestring_ascii
 from pathlib import Path
 from typing import Any, Literal
 
@@ -49,8 +50,7 @@ class Pin:
     def as_json(self) -> str:
         """`as_dict` as JSON text, the definition written once (its canonical JSON, when known)."""
         definition = self.canonical or canonical_json(self.definition)
-        digest, seen = json.dumps(self.digest), json.dumps(self.seen)
-        return f'{{"definition":{definition},"digest":{digest},"seen":{seen}}}'
+        return f'{{"definition":{definition},"digest":{_string(self.digest)},"seen":{_string(self.seen)}}}'
 
 
 class PinBook:
@@ -159,18 +159,23 @@ class PinBook:
         """Write the file if anything changed (atomically: a temporary file renamed over it, mode 600)."""
         if not self._dirty:
             return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if not self.path.parent.is_dir():  # a look costs less than a `mkdir` that fails
+            self.path.parent.mkdir(parents=True, exist_ok=True)
         # One pin a line, each written by the C encoder (an indented dump runs the pure-Python one,
-        # which cost more than hashing every definition).
-        sections = []
+        # which cost more than hashing every definition), and the whole joined once.
+        parts = ["{"]
         for name, pins in (("pending", self.pending), ("pinned", self.pinned)):
-            lines = ",\n".join(f" {json.dumps(k)}: {p.as_json()}" for k, p in sorted(pins.items()))
-            sections.append(f'"{name}": {{\n{lines}\n}}' if lines else f'"{name}": {{}}')
-        body = "{" + ",\n".join(sections) + "}\n"
+            parts.append(f'"{name}": {{' if name == "pending" else f',\n"{name}": {{')
+            lines = [f" {_string(k)}: {p.as_json()}" for k, p in sorted(pins.items())]
+            if lines:
+                parts.extend(("\n", ",\n".join(lines), "\n"))
+            parts.append("}")
+        parts.append("}\n")
+        body = "".join(parts).encode("utf-8")  # written as bytes: no text layer to make and go through
         temporary = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
         fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            with os.fdopen(fd, "wb") as fh:
                 fh.write(body)
             os.replace(temporary, self.path)
         except OSError:
@@ -182,6 +187,11 @@ class PinBook:
         self._dirty = False
         self.changes.clear()
         self.first_seen.clear()
+
+
+_string = encode_basestring_ascii
+"""`json.dumps` of a string, without the encoder object's round trip (the same text: its default
+`ensure_ascii` calls this)."""
 
 
 def pin_of(value: Any) -> Pin:

@@ -23,7 +23,7 @@ import bisect
 import functools
 import re
 import unicodedata
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, TypeGuard
@@ -86,6 +86,21 @@ _SUSPECT = re.compile(
     "\U000e0000-\U000e007f"  # tag characters
     "\ue000-\uf8ff\U000f0000-\U000ffffd\U00100000-\U0010fffd"  # private use
     "]+"
+)
+
+
+# The same characters' UTF-8 (and a few unassigned neighbours): a pre-test on the bytes of a text
+# that is not all ASCII, which a class first lets the engine skim, where `_SUSPECT` looks at each
+# character of the text against its every range.
+_SUSPECT_UTF8 = re.compile(
+    rb"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\xc2\xe1-\xe3\xee\xef\xf3\xf4]"  # the first byte, then which it is:
+    rb"(?:(?<=[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\xee\xf4])"  # C0 controls; U+E000-EFFF, plane 16
+    rb"|(?<=\xc2)[\x80-\x9f]"  # C1 controls
+    rb"|(?<=\xe1)(?:\x85[\x9f\xa0]|\xa0\x8e)"  # U+115F, U+1160, U+180E
+    rb"|(?<=\xe2)(?:\x80[\x8b-\x8d\xaa-\xae]|\x81[\xa0-\xa4\xa6-\xa9])"  # U+200B-200D, 202A-202E, 2060-2064, 2066-2069
+    rb"|(?<=\xe3)\x85\xa4"  # U+3164
+    rb"|(?<=\xef)(?:[\x80-\xa3]|\xb8[\x80-\x8f]|\xbb\xbf|\xbe\xa0)"  # U+F000-F8FF, FE00-FE0F, FEFF, FFA0
+    rb"|(?<=\xf3)(?:\xa0[\x80\x81\x84-\x87]|[\xb0-\xbf]))"  # tags, U+E0100-E01EF, plane 15
 )
 
 
@@ -158,7 +173,11 @@ def _excerpt(span: str) -> str:
 # to the original offsets so a finding points at what the server sent.
 
 
-def _fold(text: str) -> tuple[str, list[int] | None]:
+def _fold(text: str, skeleton: list[str] | None = None) -> tuple[str, list[int] | None]:
+    """The folded text and, when it is not the text lowered, each of its characters' offset in
+    `text`. With `skeleton`, the folded text's pieces go there too, each character that is not
+    ASCII made `ª` (a letter) where it is a letter or digit, else a space: the folded text as
+    `_present` sees it, in bytes."""
     if text.isascii():
         return text.lower(), None
     pieces: list[str] = []
@@ -167,6 +186,8 @@ def _fold(text: str) -> tuple[str, list[int] | None]:
     for run in _NON_ASCII.finditer(text):  # ASCII stretches in bulk; only the rest char by char
         start, end = run.span()
         pieces.append(text[at:start].lower())
+        if skeleton is not None:
+            skeleton.append(pieces[-1])
         where.extend(range(at, start))
         for i in range(start, end):
             ch = text[i]
@@ -174,9 +195,13 @@ def _fold(text: str) -> tuple[str, list[int] | None]:
                 continue
             folded = unicodedata.normalize("NFKC", ch).casefold().replace("\u2019", "'")
             pieces.append(folded.lower())
+            if skeleton is not None:
+                skeleton.append("".join(c if c.isascii() else "ª" if c.isalnum() else " " for c in pieces[-1]))
             where.extend([i] * len(folded))
         at = end
     pieces.append(text[at:].lower())
+    if skeleton is not None:
+        skeleton.append(pieces[-1])
     where.extend(range(at, len(text)))
     return "".join(pieces), where
 
@@ -338,10 +363,11 @@ _PHRASES = (
         (_w("recipient recipients destination receiver addressee"), 2),
     ),
 )
-_FIRST: dict[str, list[_Phrase]] = {}
-for _phrase in _PHRASES:
+_FIRST: dict[str, list[tuple[int, _Phrase]]] = {}
+"""Per first word, the phrases it starts, in `_PHRASES` order, each with its index there."""
+for _n, _phrase in enumerate(_PHRASES):
     for _word in _phrase.steps[0][0]:
-        _FIRST.setdefault(_word, []).append(_phrase)
+        _FIRST.setdefault(_word, []).append((_n, _phrase))
 
 
 def _match(words: list[str], i: int, phrase: _Phrase) -> int | None:
@@ -365,31 +391,68 @@ def _match(words: list[str], i: int, phrase: _Phrase) -> int | None:
 # scan of small descriptions costs.
 
 _TOKEN = re.compile(r"\w+(?:'t)?|[.!?](?=\s)|\n")
-_BOUNDARY = frozenset(".!?\n")
-# Most texts name no credential at all. Every alternative of `_CREDENTIAL` but three holds one of
-# these words whole (a run of letters and digits: `.aws/` holds `aws`); the three hold these pieces.
-_CREDENTIAL_WORDS = _w("ssh aws netrc pgpass git npmrc pypirc docker kube gnupg config mcp etc bash zsh env")
-_CREDENTIAL_PIECES = ("id_", "credentials.json", "claude_")
-# `_ENCODED` needs 64 characters of its class in a row: the bytes mapped to `a` (its class) or a
-# space, a run of 64 is one substring test, so the pattern runs only on text that could match.
-_ENCODED_BYTES = bytes(
-    ord("a") if chr(c).isascii() and (chr(c).isalnum() or chr(c) in "+/") else ord(" ") for c in range(256)
+# `_TOKEN.findall` of ASCII text without control characters, in C passes (the pattern, tried at
+# each character, costs several times as much): a `'t` that ends a word marked (`\x06`) and cut
+# off from what follows, a sentence's end cut off from both sides and any other `.!?` made a cut
+# (`\0`), a newline cut off, then every byte that is no word character, cut or mark made a cut,
+# and the text split at the cuts.
+_INNER_MARK = re.compile(r"[.!?](?!\s)")  # a class first, a literal replacement: both in C
+_TOKEN_BYTES = bytes(
+    c if (chr(c).isascii() and chr(c).isalnum()) or chr(c) in "_.!?\n" else ord("'") if c == 6 else 0
+    for c in range(256)
 )
+
+
+def _plain_tokens(folded: str) -> list[str]:
+    """`_TOKEN.findall(folded)` of ASCII text without control characters."""
+    if "'t't" in folded:  # a `'t` right after one that ends a word starts none: the pattern knows
+        return _TOKEN.findall(folded)
+    if "'t" in folded:
+        folded = _APOSTROPHE_T.sub("\x06t\0", folded)
+    folded = _INNER_MARK.sub("\0", folded)
+    for end in ".!?\n":  # sentence ends, all of them now
+        if end in folded:
+            folded = folded.replace(end, f"\0{end}\0")
+    return list(filter(None, folded.encode("ascii").translate(_TOKEN_BYTES).decode("ascii").split("\0")))
+
+
+_BOUNDARY = frozenset(".!?\n")
+# Most texts name no credential at all. Every alternative of `_CREDENTIAL` but one holds one of
+# these words whole (a run of letters and digits: `.aws/` holds `aws`, `claude_desktop_config.json`
+# `config`, `application_default_credentials.json` `credentials`); the one holds `id_` (`_Scan.run`
+# tests for it: `id` need not be whole, `éid_rsa` is one run).
+_CREDENTIAL_WORDS = _w(
+    "ssh aws netrc pgpass git npmrc pypirc docker kube gnupg config mcp etc bash zsh env credentials"
+)
+# `_ENCODED` needs 64 characters of its class in a row: with the bytes of its class mapped to `a`
+# (the rest to a space, the ASCII control characters aside), a run of 64 is one substring test, so
+# the pattern runs only on text that could match. The same bytes say whether an ASCII text holds a
+# control character (mapped to NUL), the only part of `_SUSPECT` it can hold.
+_CLASSES = bytes(
+    ord("a") if chr(c).isascii() and (chr(c).isalnum() or chr(c) in "+/")
+    else 0 if _ASCII_CONTROL.match(chr(c))
+    else ord(" ")
+    for c in range(256)
+)  # fmt: skip
 _ENCODED_RUN = b"a" * 64
-# The pieces of folded ASCII text: its letters and digits kept, the rest made spaces, then split.
-_PIECE_BYTES = bytes(c if chr(c).isascii() and chr(c).isalnum() else ord(" ") for c in range(256))
+# The pieces of folded ASCII text (or of a skeleton, `_fold`): its letters and digits kept, the
+# rest made spaces, then split.
+_PIECE_BYTES = bytes(c if (chr(c).isascii() and chr(c).isalnum()) or chr(c) == "ª" else ord(" ") for c in range(256))
 _PIECE = re.compile(r"[^\W_]+")
-_APOSTROPHE_T = re.compile(r"(?<=\w)'t")
+_APOSTROPHE_T = re.compile(r"'(?<=\w')t")  # the literal first: the engine skips to each `'`
 
 
-def _present(folded: str, ascii_only: bool) -> set[str]:
-    """Every run of letters and digits in the folded text (`send` and `email` in `send_email`):
-    what decides which checks run. A word any check looks for is one such run."""
-    if "'t" in folded:  # the checks' tokens end at `'t` (`don't`): what follows is a word of its own
+def _present(folded: str, latin: bool, watched: frozenset[str]) -> frozenset[str]:
+    """The runs of letters and digits in the folded text (`send` and `email` in `send_email`) that
+    some check looks for (`watched`): what decides which checks run. A word any check looks for is
+    one such run. Only the watched ones are kept: the checks ask only about them, and a set of the
+    few costs less to make than one of every word. `latin`: the text is ASCII or a skeleton
+    (`_fold`), whose runs, made in C, are the folded text's where the watched words are ASCII."""
+    if "'" in folded and "'t" in folded:  # tokens end at `'t` (`don't`): what follows is a word of its own
         folded = _APOSTROPHE_T.sub("'t ", folded)
-    if ascii_only:
-        return set(folded.encode("ascii").translate(_PIECE_BYTES).decode("ascii").split())
-    return set(_PIECE.findall(folded))
+    if latin:
+        return watched.intersection(folded.encode("latin-1").translate(_PIECE_BYTES).decode("latin-1").split())
+    return watched.intersection(_PIECE.findall(folded))
 
 
 def _stems(words: frozenset[str]) -> frozenset[str]:
@@ -399,22 +462,38 @@ def _stems(words: frozenset[str]) -> frozenset[str]:
 
 # Per first word (as a run), the phrases it starts, with every later step's words as runs: a phrase
 # can match only where each of its steps has a word present, which few texts have.
-_STARTS: dict[str, list[tuple[frozenset[str], ...]]] = {}
-for _phrase in _PHRASES:
+_STARTS: dict[str, list[tuple[int, tuple[frozenset[str], ...]]]] = {}
+for _n, _phrase in enumerate(_PHRASES):
     for _word in _stems(_phrase.steps[0][0]):
-        _STARTS.setdefault(_word, []).append(tuple(_stems(words) for words, _ in _phrase.steps[1:]))
+        _STARTS.setdefault(_word, []).append((_n, tuple(_stems(words) for words, _ in _phrase.steps[1:])))
 
 
 _START_WORDS = frozenset(_STARTS)
+_WATCHED = (
+    _CREDENTIAL_WORDS
+    | _START_WORDS
+    | frozenset().union(*(words for starts in _STARTS.values() for _, steps in starts for words in steps))
+    | _ACTION
+    | _SECRETS
+    | _SECRET_TAILS
+    | _WRITE  # `_STRONG_WRITE` is within it
+)
+"""Every word run a check asks `_Scan.present` about (with another server's tools' last pieces, `_Names`)."""
+assert _STRONG_WRITE <= _WRITE
 
 
-def _possible(present: set[str]) -> bool:
-    """Whether some phrase has a word of each of its steps in the text (else none can match)."""
+def _live(present: frozenset[str]) -> set[int]:
+    """The phrases (their indexes in `_PHRASES`) with a word of each of their steps in the text:
+    no other can match, and most texts have none."""
+    live: set[int] = set()
     for word in present.intersection(_START_WORDS):
-        for steps in _STARTS[word]:
-            if all(not present.isdisjoint(words) for words in steps):
-                return True
-    return False
+        for n, steps in _STARTS[word]:
+            for words in steps:
+                if present.isdisjoint(words):
+                    break
+            else:
+                live.add(n)
+    return live
 
 
 Spot = tuple[str, bool]
@@ -437,14 +516,35 @@ class _Scan:
         self.definition = definition
         self.others = others
         self.out: list[Finding] = []
-        texts = _texts(kind, definition, None)
-        self.joined = "\n".join(texts)
-        if len(self.joined) > MAX_TEXT and _too_long(texts):  # else no text, and not all, can be too long
+        texts = _texts(kind, definition)
+        joined = "\n".join(texts)
+        if len(joined) > MAX_TEXT and _too_long(texts):  # else no text, and not all, can be too long
             texts = _capped(texts)
-            self.joined = "\n".join(texts)
+            joined = "\n".join(texts)
         self.texts = texts
-        self.folded, self.where = _fold(self.joined)
-        self.present = _present(self.folded, self.where is None)
+        self.joined = joined
+        # `suspect`: whether `_SUSPECT` could find something; `encoded`: whether `_ENCODED` could;
+        # `present`: the watched word runs (`_present`).
+        if joined.isascii():  # the common case: one C pass over its bytes answers two pre-tests
+            self.folded = folded = joined.lower()
+            self.where = None
+            classes = folded.encode("ascii").translate(_CLASSES)  # lower case or not, the same classes
+            # `find`, not `in`: `bytes.__contains__` tries its operand as an int first, at the cost of
+            # an exception raised and dropped.
+            self.suspect = classes.find(b"\0") >= 0
+            self.present = _present(folded, True, others.watched)
+        else:
+            skeleton: list[str] | None = [] if others.latin else None
+            folded, where = _fold(joined, skeleton)
+            self.folded, self.where = folded, where
+            data = joined.encode("utf-8", "surrogatepass")
+            classes = data.translate(_CLASSES)
+            self.suspect = _SUSPECT_UTF8.search(data) is not None
+            if skeleton is None:  # a name that is not ASCII is watched for: the pattern finds the runs
+                self.present = _present(folded, False, others.watched)
+            else:
+                self.present = _present("".join(skeleton), True, others.watched)
+        self.encoded = classes.find(_ENCODED_RUN) >= 0
 
     def network(self) -> bool:
         """Whether the tool plausibly uses the network (asked only of a text with a URL)."""
@@ -458,7 +558,7 @@ class _Scan:
         if self.spots or not self.texts:
             return
         spots: list[Spot] = []
-        _texts(self.kind, self.definition, spots)  # the same walk, this time naming each text's place
+        _placed_texts(self.kind, self.definition, spots)  # the same walk, this time naming each text's place
         self.spots = spots[: len(self.texts)]
         starts = []
         at = 0
@@ -492,21 +592,23 @@ class _Scan:
     def tokens(self) -> list[str]:
         """The folded text's words and sentence ends (`_TOKEN`), made when a check needs their order."""
         if self._tokens is None:
-            self._tokens = _TOKEN.findall(self.folded)
+            plain = self.where is None and not self.suspect  # ASCII, no control characters
+            self._tokens = _plain_tokens(self.folded) if plain else _TOKEN.findall(self.folded)
         return self._tokens
 
     def run(self) -> None:
-        self._unicode()
+        if self.suspect:
+            self._unicode()
         folded = self.folded
         # Each pattern runs only where the word set (or a substring test) says it could match.
-        if not self.present.isdisjoint(_CREDENTIAL_WORDS) or any(piece in folded for piece in _CREDENTIAL_PIECES):
+        if not self.present.isdisjoint(_CREDENTIAL_WORDS) or "id_" in folded:
             for m in _CREDENTIAL.finditer(folded):
                 self.add("exfil.credential_path", Severity.HIGH, m.span(), "a credential file or directory",
                          prose_only=False)  # fmt: skip
         if "<" in folded or "[" in folded:
             for m in _MARKER.finditer(folded):
                 self.add("hidden.marker", Severity.HIGH, m.span(), "a tag or role marker addressed to the model")
-        if _ENCODED_RUN in self.joined.encode("utf-8", "surrogatepass").translate(_ENCODED_BYTES):
+        if self.encoded:
             for m in _ENCODED.finditer(self.joined):
                 run = m.group()
                 if not run.islower() and not run.isupper() and any(c.isdigit() for c in run):
@@ -517,8 +619,6 @@ class _Scan:
 
     def _unicode(self) -> None:
         text = self.joined
-        if text.isascii() and _ASCII_CONTROL.search(text) is None:  # the common case, in two C passes
-            return
         for match in _SUSPECT.finditer(text):
             # A run can mix kinds (a tag sequence after a zero-width space): one finding per kind's stretch.
             start = match.start()
@@ -552,33 +652,43 @@ class _Scan:
         folded = self.folded
         present = self.present
         span = self.span
-        if _possible(present):
+        if live := _live(present):
             words = self.tokens()
             # Each first word present, found by `list.index` (in C): most words of a text start no phrase.
             for word in _FIRST.keys() & set(words):
-                i = -1
-                while (i := _index(words, word, i + 1)) >= 0:
-                    for phrase in _FIRST[word]:
+                phrases = [phrase for n, phrase in _FIRST[word] if n in live]
+                for i in _indices(words, word) if phrases else ():
+                    for phrase in phrases:
                         last = _match(words, i, phrase)
                         if last is not None:
                             self.add(phrase.check, phrase.severity, span(i, last), phrase.message)
-        if not present.isdisjoint(_ACTION) and not present.isdisjoint(_SECRETS):
-            for first, last in _secrets(self.tokens()):
+        if not present.isdisjoint(_ACTION) and (
+            not present.isdisjoint(_SECRET_WORDS)
+            or (not present.isdisjoint(_SECRET_HEADS) and not present.isdisjoint(_SECRET_TAILS))
+        ):  # a secret is one of `_SECRET_WORDS` or a head and a tail: common words, seldom together
+            for first, last in _secrets(self.tokens(), present):
                 self.add("exfil.secret", Severity.HIGH, span(first, last), "a secret the text asks to pass along")
-        if "http" in folded and not self.network():  # asked only when there is a URL: most texts have none
+        if ":" in folded and "http" in folded and not self.network():  # only a text with a URL: most have none
             for m in _URL.finditer(folded):
                 sentence = set(_TOKEN.findall(folded, *_sentence_around(folded, *m.span())))
                 if not sentence.isdisjoint(_NET_VERBS) or "?" in m.group() or "{" in m.group():
                     self.add("exfil.url", Severity.MEDIUM, m.span(), "a URL to send to, in a tool without network use")
-        if self.others is not _NO_NAMES:
+        if self.others.always or not present.isdisjoint(self.others.lasts):  # else no name can be there
             self._shadowing(present)
 
-    def _shadowing(self, present: set[str]) -> None:
+    def _shadowing(self, present: frozenset[str]) -> None:
         """Another server's tool named: a word that is the name (or ends `_name`, as in
         `mcp_tool_send_email`), or for a name with `-` or `.`, that text between word boundaries."""
-        by_last, folded = self.others.by_last, self.folded
-        named = {name for piece in present & self.others.lasts for name in by_last[piece] if name in folded}
-        named.update(name for name in self.others.always if name in folded)
+        others, folded = self.others, self.folded
+        by_last = others.by_last
+        named: set[str] = set()
+        for piece in present & others.lasts:
+            for name, needs in by_last[piece]:
+                if needs <= present and name in folded:  # its other pieces too, before a search of the text
+                    named.add(name)
+        for name in others.always:
+            if name in folded:
+                named.add(name)
         for name in named:
             for m in re.finditer(rf"(?<![\w.-])(?:\w*_)?{re.escape(name)}(?![\w-])", self.folded):
                 self.add("shadow.other_tool", Severity.HIGH, m.span(), "names another server's tool")
@@ -594,20 +704,39 @@ def _sentence_around(text: str, start: int, end: int) -> tuple[int, int]:
 _ENDS = ("\n", ". ", "! ", "? ")
 
 
-def _secrets(words: list[str]) -> Iterator[tuple[int, int]]:
-    """(first, last) word of each secret named in a sentence that also asks for an action on it."""
-    begin = 0
-    while begin < len(words):
-        stop = begin
-        while stop < len(words) and words[stop] not in _BOUNDARY:
-            stop += 1
-        if not _ACTION.isdisjoint(words[begin:stop]):
-            for i in range(begin, stop):
-                if words[i] in _SECRET_WORDS:
-                    yield i, i
-                elif words[i] in _SECRET_HEADS and i + 1 < stop and words[i + 1] in _SECRET_TAILS:
-                    yield i, i + 1
-        begin = stop + 1
+def _secrets(words: list[str], present: frozenset[str]) -> Iterator[tuple[int, int]]:
+    """(first, last) word of each secret named in a sentence that also asks for an action on it.
+
+    The words that could begin one, and the sentence ends, are found by `list.index` (in C): a
+    text holds few of either, and the words between are looked at only as a slice."""
+    starts = sorted(i for word in present.intersection(_SECRETS) for i in _indices(words, word))
+    if not starts:
+        return
+    ends = sorted(i for mark in _BOUNDARY for i in _indices(words, mark))
+    acting: dict[int, bool] = {}  # per sentence (by its first word), whether it asks for an action
+    for i in starts:
+        n = bisect.bisect_left(ends, i)  # `i` is no end: ends[n] is the first after it
+        begin = ends[n - 1] + 1 if n else 0
+        stop = ends[n] if n < len(ends) else len(words)
+        if (act := acting.get(begin)) is None:
+            act = acting[begin] = not _ACTION.isdisjoint(words[begin:stop])
+        if not act:
+            continue
+        if words[i] in _SECRET_WORDS:
+            yield i, i
+        elif i + 1 < stop and words[i + 1] in _SECRET_TAILS:  # `words[i]` is one of `_SECRET_HEADS`
+            yield i, i + 1
+
+
+def _indices(words: list[str], word: str) -> list[int]:
+    """Where `word` is in `words`, in order (by `list.count` and `list.index`, in C, with no
+    exception raised and caught at the end)."""
+    found = []
+    i = -1
+    for _ in range(words.count(word)):
+        i = words.index(word, i + 1)
+        found.append(i)
+    return found
 
 
 @dataclass(frozen=True, slots=True)
@@ -616,13 +745,19 @@ class _Names:
     `send` for `mail.send`): a text that names one holds that piece whole (the name's end is no
     word character, the piece's start follows a separator or the name's start, which the name's
     pattern puts after no word character or a `_`), so a text holding none is done in one set
-    operation."""
+    operation. So it holds the name's other pieces whole (`_needs`), asked before the text is
+    searched for the name."""
 
-    by_last: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    by_last: Mapping[str, tuple[tuple[str, frozenset[str]], ...]] = field(default_factory=dict)
+    """Last piece -> (name, the pieces a text naming it holds), in name order."""
     lasts: frozenset[str] = frozenset()
     """The keys of `by_last`, as a set (a set operation with a set runs over the smaller one)."""
     always: tuple[str, ...] = ()
     """The names without a letter or digit: always searched."""
+    watched: frozenset[str] = _WATCHED
+    """`_WATCHED` and every piece of `by_last`: the word runs of a text worth keeping."""
+    latin: bool = True
+    """Whether every watched word is ASCII: then `_present` can work on a text's skeleton (`_fold`)."""
 
 
 _NO_NAMES = _Names()
@@ -631,14 +766,33 @@ _NO_NAMES = _Names()
 @functools.lru_cache(maxsize=64)
 def _distinct(others: frozenset[str]) -> _Names:
     names = {n.lower()[:128] for n in others if any(c in n for c in "_-.")}
-    by_last: dict[str, list[str]] = {}
+    by_last: dict[str, list[tuple[str, frozenset[str]]]] = {}
     always: list[str] = []
+    watched = set(_WATCHED)
     for name in sorted(names):
         if pieces := _PIECE.findall(name):
-            by_last.setdefault(pieces[-1], []).append(name)
+            needs = _needs(name, pieces)
+            by_last.setdefault(pieces[-1], []).append((name, needs))
+            watched.update(needs)
         else:
             always.append(name)
-    return _Names({piece: tuple(names) for piece, names in by_last.items()}, frozenset(by_last), tuple(always))
+    return _Names(
+        {piece: tuple(names) for piece, names in by_last.items()},
+        frozenset(by_last),
+        tuple(always),
+        frozenset(watched),
+        all(word.isascii() for word in watched),
+    )
+
+
+def _needs(name: str, pieces: list[str]) -> frozenset[str]:
+    """The pieces a text that names `name` holds whole (as `_present` finds them): each of its
+    pieces, as for the last (`_Names`), but for two. A name with `'` gives its last only: `_present`
+    splits a text's runs after `'t`. A first piece that begins with `t` is left out: in a text,
+    the name can follow `x'` (`x'tab_c` names `tab_c`), and that `t` ends a run there."""
+    if "'" in name:
+        return frozenset(pieces[-1:])
+    return frozenset(pieces[1:] if pieces[0].startswith("t") else pieces)
 
 
 def _distinctive(others: Collection[str]) -> _Names:
@@ -658,13 +812,6 @@ def _distinctive(others: Collection[str]) -> _Names:
 _LAST_OTHERS: tuple[Collection[str], _Names] | None = None
 
 
-def _index(words: list[str], word: str, start: int) -> int:
-    try:
-        return words.index(word, start)
-    except ValueError:
-        return -1
-
-
 _PROSE_KEYS = frozenset({"description", "title", "$comment", "default", "examples", "enum", "const"})
 
 
@@ -673,35 +820,60 @@ def _mapping(value: Any) -> TypeGuard[Mapping[str, Any]]:
     return type(value) is dict or (value is not None and isinstance(value, Mapping))
 
 
-def _texts(kind: str, definition: Mapping[str, Any], spots: list[Spot] | None) -> list[str]:
-    """The definition's texts in a fixed order; with `spots`, each one's place too (a second walk,
-    made only when something was found: building the paths is most of a walk's cost)."""
+def _texts(kind: str, definition: Mapping[str, Any]) -> list[str]:
+    """The definition's texts in a fixed order: the walk every scan makes. `_placed_texts` makes
+    the same list with each text's place (only where something was found: building the paths is
+    most of a walk's cost); a change to one is a change to both."""
+    get = definition.get
+    texts = list(filter(_IS_STR, map(get, _TOP_KEYS)))  # in C: `isinstance(get(key), str)` for each
+    annotations = get("annotations")
+    if _mapping(annotations) and isinstance(title := annotations.get("title"), str):
+        texts.append(title)
+    if kind == "prompt" and isinstance(arguments := get("arguments"), list):
+        for argument in arguments[:256]:
+            if isinstance(argument, Mapping):
+                for key in _ARGUMENT_KEYS:
+                    if isinstance(value := argument.get(key), str):
+                        texts.append(value)
+    for schema in (get("inputSchema"), get("outputSchema")):
+        if type(schema) is dict:
+            _strings(schema, texts, 0)
+        elif type(schema) is list:
+            _strings_of(schema, texts, 0)
+    return texts
+
+
+_TOP_KEYS = ("name", "uriTemplate", "title", "description")
+_IS_STR: Callable[[Any], TypeGuard[str]] = str.__instancecheck__  # type: ignore[assignment]
+"""`isinstance(value, str)`, as a function `filter` calls in C."""
+_ARGUMENT_KEYS = ("name", "title", "description")
+
+
+def _placed_texts(kind: str, definition: Mapping[str, Any], spots: list[Spot]) -> list[str]:
+    """`_texts`, with each text's place in `spots`."""
     texts = []
-    for key in ("name", "uriTemplate", "title", "description"):
+    for key in _TOP_KEYS:
         if isinstance(value := definition.get(key), str):
             texts.append(value)
-            if spots is not None:
-                spots.append((key, key in ("title", "description")))
+            spots.append((key, key in ("title", "description")))
     annotations = definition.get("annotations")
     if _mapping(annotations) and isinstance(title := annotations.get("title"), str):
         texts.append(title)
-        if spots is not None:
-            spots.append(("annotations.title", True))
+        spots.append(("annotations.title", True))
     if kind == "prompt" and isinstance(arguments := definition.get("arguments"), list):
         for n, argument in enumerate(arguments[:256]):
             if isinstance(argument, Mapping):
-                for key in ("name", "title", "description"):
+                for key in _ARGUMENT_KEYS:
                     if isinstance(value := argument.get(key), str):
                         texts.append(value)
-                        if spots is not None:
-                            spots.append((f"arguments[{n}].{key}", key != "name"))
+                        spots.append((f"arguments[{n}].{key}", key != "name"))
     for key in ("inputSchema", "outputSchema"):
-        _schema_texts(definition.get(key), key if spots is not None else "", texts, spots)
+        _schema_texts(definition.get(key), key, texts, spots)
     return texts
 
 
 def _schema_texts(
-    node: Any, where: str, texts: list[str], spots: list[Spot] | None, prose: bool = False, depth: int = 0
+    node: Any, where: str, texts: list[str], spots: list[Spot], prose: bool = False, depth: int = 0
 ) -> None:
     """A schema's prose (descriptions, titles, enums, defaults, examples) and property names;
     not its keywords' values (`type`, `format`, `pattern`), which are no text for a reader.
@@ -714,30 +886,94 @@ def _schema_texts(
             if kind is str:
                 if prose or key in _PROSE_KEYS:
                     texts.append(value)
-                    if spots is not None:
-                        spots.append((f"{where}.{key}", True))
+                    spots.append((f"{where}.{key}", True))
             elif kind is dict:
                 inner = prose or key in _PROSE_KEYS
                 if not inner and key in _NAMED:
                     names = [name for name in value if type(name) is str]
                     texts.extend(names)
-                    if spots is not None:
-                        spots.extend((f"{where}.{key}.{name}", False) for name in names)
-                _schema_texts(value, f"{where}.{key}" if spots is not None else "", texts, spots, inner, depth + 1)
+                    spots.extend((f"{where}.{key}.{name}", False) for name in names)
+                _schema_texts(value, f"{where}.{key}", texts, spots, inner, depth + 1)
             elif kind is list:
                 inner = prose or key in _PROSE_KEYS
                 if not inner and all(type(item) is str for item in value):
                     continue  # `required`, a `type` list: names, no text for a reader
-                _schema_texts(value, f"{where}.{key}" if spots is not None else "", texts, spots, inner, depth + 1)
+                _schema_texts(value, f"{where}.{key}", texts, spots, inner, depth + 1)
     elif type(node) is list:
         for n, item in enumerate(node):
             if type(item) is str:
                 if prose:
                     texts.append(item)
-                    if spots is not None:
-                        spots.append((f"{where}[{n}]", True))
+                    spots.append((f"{where}[{n}]", True))
             elif type(item) in (dict, list):
-                _schema_texts(item, f"{where}[{n}]" if spots is not None else "", texts, spots, prose, depth + 1)
+                _schema_texts(item, f"{where}[{n}]", texts, spots, prose, depth + 1)
+
+
+# `_schema_texts` without the places, in two parts: outside prose (`_strings`, `_strings_of`), a
+# dict's prose keys and property names; within it (`_prose`, `_prose_of`), every string.
+
+
+def _strings(node: dict[Any, Any], texts: list[str], depth: int) -> None:
+    for key, value in node.items():
+        kind = type(value)
+        if kind is str:
+            if key in _PROSE_KEYS:
+                texts.append(value)
+        elif kind is dict:
+            if key in _PROSE_KEYS:
+                if value and depth < _MAX_DEPTH:
+                    _prose(value, texts, depth + 1)
+            else:
+                if key in _NAMED:
+                    # JSON's keys are all strings: one pass in C says so, else the others are left out.
+                    texts.extend(value if {*map(type, value)} <= _STR else [n for n in value if type(n) is str])
+                if value and depth < _MAX_DEPTH:
+                    _strings(value, texts, depth + 1)
+        elif kind is list and depth < _MAX_DEPTH:
+            if key in _PROSE_KEYS:
+                _prose_of(value, texts, depth + 1)
+            elif not {*map(type, value)} <= _STR:  # not `required`, a `type` list: names, no text for a reader
+                _strings_of(value, texts, depth + 1)
+
+
+def _strings_of(node: list[Any], texts: list[str], depth: int) -> None:
+    for item in node:
+        kind = type(item)
+        if kind is dict:
+            if item and depth < _MAX_DEPTH:
+                _strings(item, texts, depth + 1)
+        elif kind is list and depth < _MAX_DEPTH:
+            _strings_of(item, texts, depth + 1)
+
+
+def _prose(node: dict[Any, Any], texts: list[str], depth: int) -> None:
+    for value in node.values():
+        kind = type(value)
+        if kind is str:
+            texts.append(value)
+        elif kind is dict:
+            if value and depth < _MAX_DEPTH:
+                _prose(value, texts, depth + 1)
+        elif kind is list and depth < _MAX_DEPTH:
+            _prose_of(value, texts, depth + 1)
+
+
+def _prose_of(node: list[Any], texts: list[str], depth: int) -> None:
+    if {*map(type, node)} <= _STR:  # an `enum`, `examples`: all strings, as most are
+        texts.extend(node)
+        return
+    for item in node:
+        kind = type(item)
+        if kind is str:
+            texts.append(item)
+        elif kind is dict:
+            if item and depth < _MAX_DEPTH:
+                _prose(item, texts, depth + 1)
+        elif kind is list and depth < _MAX_DEPTH:
+            _prose_of(item, texts, depth + 1)
+
+
+_STR = frozenset({str})
 
 
 _NAMED = frozenset({"properties", "patternProperties"})
