@@ -265,4 +265,3 @@ def _no_processes_unless_e2e(item: pytest.Item) -> Iterator[None]:
         subprocess.Popen.__init__ = original  # type: ignore[method-assign]
         for name, call in os_calls.items():
             setattr(os, name, call)
-
