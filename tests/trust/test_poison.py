@@ -348,7 +348,7 @@ def test_the_skeleton_gives_the_folded_texts_ascii_runs() -> None:
         assert poison._present("".join(skeleton), True, runs) == poison._present(folded, False, runs), text
 
 
-def test_the_quick_walk_gives_the_placed_walks_texts() -> None:
+def test_the_walk_gives_the_same_texts_with_their_places_as_without() -> None:
     odd: list[dict[str, Any]] = [
         {"name": "t", "inputSchema": [{"description": "in a list"}, "bare", [{"title": "deeper"}]]},
         {"name": "t", "inputSchema": {"properties": {"description": {"type": "string", "description": "d"}}}},
@@ -370,5 +370,5 @@ def test_the_quick_walk_gives_the_placed_walks_texts() -> None:
     for definition in [e["definition"] for e in corpus_entries()] + odd:
         for kind in ("tool", "prompt"):
             spots: list[tuple[str, bool]] = []
-            assert poison._texts(kind, definition) == poison._placed_texts(kind, definition, spots)
-            assert len(spots) == len(poison._texts(kind, definition))
+            assert poison._texts(kind, definition, None) == poison._texts(kind, definition, spots)
+            assert len(spots) == len(poison._texts(kind, definition, None))

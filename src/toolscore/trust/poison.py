@@ -23,7 +23,7 @@ import bisect
 import functools
 import re
 import unicodedata
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, TypeGuard
@@ -516,7 +516,7 @@ class _Scan:
         self.definition = definition
         self.others = others
         self.out: list[Finding] = []
-        texts = _texts(kind, definition)
+        texts = _texts(kind, definition, None)
         joined = "\n".join(texts)
         if len(joined) > MAX_TEXT and _too_long(texts):  # else no text, and not all, can be too long
             texts = _capped(texts)
@@ -558,7 +558,7 @@ class _Scan:
         if self.spots or not self.texts:
             return
         spots: list[Spot] = []
-        _placed_texts(self.kind, self.definition, spots)  # the same walk, this time naming each text's place
+        _texts(self.kind, self.definition, spots)  # the same walk, this time naming each text's place
         self.spots = spots[: len(self.texts)]
         starts = []
         at = 0
@@ -820,60 +820,35 @@ def _mapping(value: Any) -> TypeGuard[Mapping[str, Any]]:
     return type(value) is dict or (value is not None and isinstance(value, Mapping))
 
 
-def _texts(kind: str, definition: Mapping[str, Any]) -> list[str]:
-    """The definition's texts in a fixed order: the walk every scan makes. `_placed_texts` makes
-    the same list with each text's place (only where something was found: building the paths is
-    most of a walk's cost); a change to one is a change to both."""
-    get = definition.get
-    texts = list(filter(_IS_STR, map(get, _TOP_KEYS)))  # in C: `isinstance(get(key), str)` for each
-    annotations = get("annotations")
-    if _mapping(annotations) and isinstance(title := annotations.get("title"), str):
-        texts.append(title)
-    if kind == "prompt" and isinstance(arguments := get("arguments"), list):
-        for argument in arguments[:256]:
-            if isinstance(argument, Mapping):
-                for key in _ARGUMENT_KEYS:
-                    if isinstance(value := argument.get(key), str):
-                        texts.append(value)
-    for schema in (get("inputSchema"), get("outputSchema")):
-        if type(schema) is dict:
-            _strings(schema, texts, 0)
-        elif type(schema) is list:
-            _strings_of(schema, texts, 0)
-    return texts
-
-
-_TOP_KEYS = ("name", "uriTemplate", "title", "description")
-_IS_STR: Callable[[Any], TypeGuard[str]] = str.__instancecheck__  # type: ignore[assignment]
-"""`isinstance(value, str)`, as a function `filter` calls in C."""
-_ARGUMENT_KEYS = ("name", "title", "description")
-
-
-def _placed_texts(kind: str, definition: Mapping[str, Any], spots: list[Spot]) -> list[str]:
-    """`_texts`, with each text's place in `spots`."""
+def _texts(kind: str, definition: Mapping[str, Any], spots: list[Spot] | None) -> list[str]:
+    """The definition's texts in a fixed order; with `spots`, each one's place too (a second walk,
+    made only when something was found: building the paths is most of a walk's cost)."""
     texts = []
-    for key in _TOP_KEYS:
+    for key in ("name", "uriTemplate", "title", "description"):
         if isinstance(value := definition.get(key), str):
             texts.append(value)
-            spots.append((key, key in ("title", "description")))
+            if spots is not None:
+                spots.append((key, key in ("title", "description")))
     annotations = definition.get("annotations")
     if _mapping(annotations) and isinstance(title := annotations.get("title"), str):
         texts.append(title)
-        spots.append(("annotations.title", True))
+        if spots is not None:
+            spots.append(("annotations.title", True))
     if kind == "prompt" and isinstance(arguments := definition.get("arguments"), list):
         for n, argument in enumerate(arguments[:256]):
             if isinstance(argument, Mapping):
-                for key in _ARGUMENT_KEYS:
+                for key in ("name", "title", "description"):
                     if isinstance(value := argument.get(key), str):
                         texts.append(value)
-                        spots.append((f"arguments[{n}].{key}", key != "name"))
+                        if spots is not None:
+                            spots.append((f"arguments[{n}].{key}", key != "name"))
     for key in ("inputSchema", "outputSchema"):
-        _schema_texts(definition.get(key), key, texts, spots)
+        _schema_texts(definition.get(key), key if spots is not None else "", texts, spots)
     return texts
 
 
 def _schema_texts(
-    node: Any, where: str, texts: list[str], spots: list[Spot], prose: bool = False, depth: int = 0
+    node: Any, where: str, texts: list[str], spots: list[Spot] | None, prose: bool = False, depth: int = 0
 ) -> None:
     """A schema's prose (descriptions, titles, enums, defaults, examples) and property names;
     not its keywords' values (`type`, `format`, `pattern`), which are no text for a reader.
@@ -886,94 +861,30 @@ def _schema_texts(
             if kind is str:
                 if prose or key in _PROSE_KEYS:
                     texts.append(value)
-                    spots.append((f"{where}.{key}", True))
+                    if spots is not None:
+                        spots.append((f"{where}.{key}", True))
             elif kind is dict:
                 inner = prose or key in _PROSE_KEYS
                 if not inner and key in _NAMED:
                     names = [name for name in value if type(name) is str]
                     texts.extend(names)
-                    spots.extend((f"{where}.{key}.{name}", False) for name in names)
-                _schema_texts(value, f"{where}.{key}", texts, spots, inner, depth + 1)
+                    if spots is not None:
+                        spots.extend((f"{where}.{key}.{name}", False) for name in names)
+                _schema_texts(value, f"{where}.{key}" if spots is not None else "", texts, spots, inner, depth + 1)
             elif kind is list:
                 inner = prose or key in _PROSE_KEYS
                 if not inner and all(type(item) is str for item in value):
                     continue  # `required`, a `type` list: names, no text for a reader
-                _schema_texts(value, f"{where}.{key}", texts, spots, inner, depth + 1)
+                _schema_texts(value, f"{where}.{key}" if spots is not None else "", texts, spots, inner, depth + 1)
     elif type(node) is list:
         for n, item in enumerate(node):
             if type(item) is str:
                 if prose:
                     texts.append(item)
-                    spots.append((f"{where}[{n}]", True))
+                    if spots is not None:
+                        spots.append((f"{where}[{n}]", True))
             elif type(item) in (dict, list):
-                _schema_texts(item, f"{where}[{n}]", texts, spots, prose, depth + 1)
-
-
-# `_schema_texts` without the places, in two parts: outside prose (`_strings`, `_strings_of`), a
-# dict's prose keys and property names; within it (`_prose`, `_prose_of`), every string.
-
-
-def _strings(node: dict[Any, Any], texts: list[str], depth: int) -> None:
-    for key, value in node.items():
-        kind = type(value)
-        if kind is str:
-            if key in _PROSE_KEYS:
-                texts.append(value)
-        elif kind is dict:
-            if key in _PROSE_KEYS:
-                if value and depth < _MAX_DEPTH:
-                    _prose(value, texts, depth + 1)
-            else:
-                if key in _NAMED:
-                    # JSON's keys are all strings: one pass in C says so, else the others are left out.
-                    texts.extend(value if {*map(type, value)} <= _STR else [n for n in value if type(n) is str])
-                if value and depth < _MAX_DEPTH:
-                    _strings(value, texts, depth + 1)
-        elif kind is list and depth < _MAX_DEPTH:
-            if key in _PROSE_KEYS:
-                _prose_of(value, texts, depth + 1)
-            elif not {*map(type, value)} <= _STR:  # not `required`, a `type` list: names, no text for a reader
-                _strings_of(value, texts, depth + 1)
-
-
-def _strings_of(node: list[Any], texts: list[str], depth: int) -> None:
-    for item in node:
-        kind = type(item)
-        if kind is dict:
-            if item and depth < _MAX_DEPTH:
-                _strings(item, texts, depth + 1)
-        elif kind is list and depth < _MAX_DEPTH:
-            _strings_of(item, texts, depth + 1)
-
-
-def _prose(node: dict[Any, Any], texts: list[str], depth: int) -> None:
-    for value in node.values():
-        kind = type(value)
-        if kind is str:
-            texts.append(value)
-        elif kind is dict:
-            if value and depth < _MAX_DEPTH:
-                _prose(value, texts, depth + 1)
-        elif kind is list and depth < _MAX_DEPTH:
-            _prose_of(value, texts, depth + 1)
-
-
-def _prose_of(node: list[Any], texts: list[str], depth: int) -> None:
-    if {*map(type, node)} <= _STR:  # an `enum`, `examples`: all strings, as most are
-        texts.extend(node)
-        return
-    for item in node:
-        kind = type(item)
-        if kind is str:
-            texts.append(item)
-        elif kind is dict:
-            if item and depth < _MAX_DEPTH:
-                _prose(item, texts, depth + 1)
-        elif kind is list and depth < _MAX_DEPTH:
-            _prose_of(item, texts, depth + 1)
-
-
-_STR = frozenset({str})
+                _schema_texts(item, f"{where}[{n}]" if spots is not None else "", texts, spots, prose, depth + 1)
 
 
 _NAMED = frozenset({"properties", "patternProperties"})
