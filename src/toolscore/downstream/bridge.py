@@ -109,7 +109,9 @@ def _refused(server: str, what: str, message: str) -> RelayedError:
 class Exchange:
     """One bridged call: its task, the server's questions, and the round the client answers now."""
 
-    def __init__(self, bridge: Bridge, ident: str, bound: dict[str, Any], what: str) -> None:
+    def __init__(
+        self, bridge: Bridge, ident: str, bound: dict[str, Any], what: str, group: anyio.abc.TaskGroup
+    ) -> None:
         self.ident = ident
         self.bound = bound
         """What the request state binds besides the exchange and round: call, arguments, caller."""
@@ -123,8 +125,9 @@ class Exchange:
         self._awaiting = False
         """A round was handed out and its answers have not come."""
         self._changed = anyio.Event()
-        self._handed = anyio.Event()
         self._resumed = anyio.Event()
+        self._group = group
+        """Where the call runs, and each round's wait for the client's retry (`_watch`)."""
         self._scope = anyio.CancelScope()
         self._keys = count(1)
         self._result: Any = None
@@ -195,13 +198,10 @@ class Exchange:
         """The call, in the connection's task group; its outcome is kept for the request waiting."""
         try:
             with self._scope:
-                async with anyio.create_task_group() as group:
-                    group.start_soon(self._watch)
-                    try:
-                        self._result = await call()
-                    except Exception as exc:  # the waiting request raises it, as the call would have
-                        self._error = exc
-                    group.cancel_scope.cancel()
+                try:
+                    self._result = await call()
+                except Exception as exc:  # the waiting request raises it, as the call would have
+                    self._error = exc
         finally:
             self._finish()
 
@@ -225,19 +225,17 @@ class Exchange:
         if self.peer is not None:
             self.peer.detach()
         self._changed.set()
+        self._resumed.set()  # the round's watcher, if one is out, has nothing left to wait for
 
-    async def _watch(self) -> None:
-        """Each round handed out waits for the client's retry so long, then the exchange ends."""
+    async def _watch(self, resumed: anyio.Event) -> None:
+        """A round handed out waits for the client's retry (`resumed`) so long, then the exchange ends.
+
+        Started per round rather than kept beside every call: most calls never ask anything."""
         limit = self._bridge.answer_seconds
-        while True:
-            await self._handed.wait()
-            self._handed = anyio.Event()
-            resumed = self._resumed
-            with anyio.move_on_after(limit) as waited:
-                await resumed.wait()
-            if waited.cancelled_caught:
-                self.abandon(f"the client did not answer within {limit:g} s")
-                return
+        with anyio.move_on_after(limit) as waited:
+            await resumed.wait()
+        if waited.cancelled_caught:
+            self.abandon(f"the client did not answer within {limit:g} s")
 
     def abandon(self, why: str) -> None:
         """End the exchange: the server's pending requests get an error, the call is cancelled."""
@@ -325,8 +323,8 @@ class Exchange:
         self._awaiting = True
         self._bridge.make_room(self)
         state = self._bridge.seal(self)
-        self._resumed = anyio.Event()
-        self._handed.set()
+        self._resumed = resumed = anyio.Event()
+        self._group.start_soon(self._watch, resumed)
         raise InputRequired(requests, state)
 
 
@@ -409,7 +407,7 @@ class Bridge:
         bound = {"call": call_name, "args": digest(arguments), "caller": scope.caller}
         if front.request_state is None:
             self._prune()
-            exchange = Exchange(self, secrets.token_urlsafe(12), bound, what)
+            exchange = Exchange(self, secrets.token_urlsafe(12), bound, what, task_group)
             exchange.given = dict(front.input_responses or {})
             if scope.peer is not None:
                 exchange.peer = scope.peer.by_input(exchange)
