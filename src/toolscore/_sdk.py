@@ -286,3 +286,45 @@ def http_session(manager: StreamableHTTPSessionManager, session_id: str) -> Http
     except AttributeError:
         return None
     return HttpSession(transport)
+
+
+def modern_request_context(
+    request: Any,
+    request_id: mcp_types.RequestId,
+    params: Mapping[str, Any],
+    meta: mcp_types.RequestParamsMeta | None,
+    *,
+    version: str,
+    client_info: Any,
+    client_capabilities: Any,
+    lifespan_state: Any,
+) -> ServerRequestContext[Any]:
+    """The context of a 2026-07-28 HTTP `tools/call` the gateway read itself (`front.http_modern`),
+    as the SDK's single-exchange entry and its runner build one: a born-ready connection from the
+    request's envelope, no back-channel, and nothing to stream (the request asked for no progress
+    and no logs, so the entry's notification sink stays empty)."""
+    from mcp.server._streamable_http_modern import _SingleExchangeDispatchContext
+    from mcp.shared.message import ServerMessageMetadata
+    from mcp.shared.transport_context import TransportContext
+
+    dispatch = _SingleExchangeDispatchContext(
+        transport=TransportContext(kind="streamable-http", can_send_request=False, headers=request.headers),
+        request_id=request_id,
+        message_metadata=ServerMessageMetadata(request_context=request),
+    )
+    connection = Connection.from_envelope(version, client_info, client_capabilities)
+    return ServerRequestContext(
+        session=ServerSession(dispatch, connection, request_meta=meta),
+        lifespan_context=lifespan_state,
+        protocol_version=version,
+        method="tools/call",
+        params=params,
+        request_id=request_id,
+        meta=meta,
+        request=request,
+    )
+
+
+def lifespan_state(manager: StreamableHTTPSessionManager) -> Any:
+    """The server's lifespan state that `manager` hands each request it serves (None before it runs)."""
+    return getattr(manager, "_lifespan_state", None)

@@ -110,11 +110,19 @@ class Exchange:
     """One bridged call: its task, the server's questions, and the round the client answers now."""
 
     def __init__(
-        self, bridge: Bridge, ident: str, bound: dict[str, Any], what: str, group: anyio.abc.TaskGroup
+        self,
+        bridge: Bridge,
+        ident: str,
+        bound: dict[str, Any],
+        what: str,
+        group: anyio.abc.TaskGroup,
+        arguments: dict[str, Any] | None = None,
     ) -> None:
         self.ident = ident
         self.bound = bound
-        """What the request state binds besides the exchange and round: call, arguments, caller."""
+        """What the request state binds besides the exchange, the round and the arguments: call, caller."""
+        self._arguments = arguments
+        self._digest: str | None = None
         self.what = what
         self.round = 0
         self.peer: Peer | None = None
@@ -139,6 +147,14 @@ class Exchange:
         self.kept_until = 0.0
         """Once done: until when its outcome waits for the retry of the round that was out."""
         """Answers the first request carried already (JSON, by key), for the questions named so."""
+
+    @property
+    def arguments_digest(self) -> str:
+        """The digest of the call's arguments, which its request states bind: taken when the first
+        round is sealed, as most calls never ask anything."""
+        if self._digest is None:
+            self._digest = digest(self._arguments)
+        return self._digest
 
     # -- the server's side (an `InputChannel`) -----------------------------------------------
 
@@ -378,6 +394,7 @@ class Bridge:
         """The request state of `exchange`'s current round."""
         claims = {
             **exchange.bound,
+            "args": exchange.arguments_digest,
             "x": exchange.ident,
             "round": exchange.round,
             "exp": time.time() + self.answer_seconds,
@@ -404,10 +421,10 @@ class Bridge:
         """
         front = scope.front
         assert front is not None
-        bound = {"call": call_name, "args": digest(arguments), "caller": scope.caller}
+        bound = {"call": call_name, "caller": scope.caller}
         if front.request_state is None:
             self._prune()
-            exchange = Exchange(self, secrets.token_urlsafe(12), bound, what, task_group)
+            exchange = Exchange(self, secrets.token_urlsafe(12), bound, what, task_group, arguments)
             exchange.given = dict(front.input_responses or {})
             if scope.peer is not None:
                 exchange.peer = scope.peer.by_input(exchange)
@@ -421,7 +438,7 @@ class Bridge:
 
             task_group.start_soon(exchange.run, started)
         else:
-            exchange = self._resumed(front, bound, what)
+            exchange = self._resumed(front, {**bound, "args": digest(arguments)}, what)
         result: _T = await exchange.next(scope, progress)
         return result
 

@@ -24,8 +24,10 @@ the last event id it saw and gets the answer from the store.
 A `notifications/cancelled` naming a running hot call cancels it (answered, as the SDK answers a
 cancelled request on this era's wire, with error -32800). A client that disconnects does not
 cancel its call (the spec: disconnection is not cancellation): it runs on, and its answer is
-stored for a resume. Everything else goes to the SDK unchanged: other methods and notifications, batches, unknown
-or ended sessions (the SDK's 404), a 2026-07-28 request, an older handshake version, an Accept
+stored for a resume. A 2026-07-28 POST (no session; that era's version header) goes to its own hot path
+(`front.http_modern`), which takes its passthrough `tools/call` and leaves the rest to the SDK.
+Everything else goes to the SDK unchanged: other methods and notifications, batches, unknown
+or ended sessions (the SDK's 404), an older handshake version, an Accept
 header the SDK would refuse, a body over the size limit or one the decoder does not fully read
 (`front.fast`), and all calls while tracing is on. The SDK internals this needs are reached in
 `toolscore._sdk` only; if they move, every request goes to the SDK.
@@ -47,13 +49,14 @@ from mcp.server.streamable_http import (
     check_accept_headers,
 )
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
-from mcp_types.version import LATEST_HANDSHAKE_VERSION
+from mcp_types.version import LATEST_HANDSHAKE_VERSION, MODERN_PROTOCOL_VERSIONS
 from sse_starlette import EventSourceResponse
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from toolscore._sdk import HttpSession, RequestStream, connection_of, http_session
 from toolscore.front.fast import HotCall, Job, answer, cancelled_id, decode_call
+from toolscore.front.http_modern import ModernCalls
 from toolscore.telemetry import tracing
 
 __all__ = ["HttpCalls"]
@@ -86,6 +89,7 @@ class HttpCalls:
         serves: Callable[[str], bool],
         manager: StreamableHTTPSessionManager,
         max_body: int,
+        modern: ModernCalls | None = None,
     ) -> None:
         """Args:
         app: The SDK's streamable HTTP app.
@@ -93,8 +97,10 @@ class HttpCalls:
         serves: Whether the hot path takes a tool: a downstream tool, or `orchestrate`.
         manager: The app's session manager.
         max_body: The largest request body; a larger one goes to the SDK, which refuses it.
+        modern: The hot path for 2026-07-28 calls (`front.http_modern`), if they may take one.
         """
         self._app = app
+        self._modern = modern
         self._call = call
         self._serves = serves
         self._manager = manager
@@ -127,7 +133,7 @@ class HttpCalls:
         connection.exit_stack.callback(self._templates.pop, session_id, None)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if not self._templates or scope["type"] != "http" or scope["method"] != "POST" or scope["path"] != "/mcp":
+        if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] != "/mcp":
             await self._app(scope, receive, send)
             return
         session_id = version = None
@@ -136,6 +142,10 @@ class HttpCalls:
                 session_id = value.decode("latin-1")
             elif key == _VERSION:
                 version = value.decode("latin-1")
+        modern = self._modern
+        if session_id is None and modern is not None and version in MODERN_PROTOCOL_VERSIONS and tracing.tracer is None:
+            await self._modern_call(modern, scope, receive, send)
+            return
         template = self._templates.get(session_id) if session_id is not None else None
         if template is None or session_id is None:
             await self._app(scope, receive, send)
@@ -168,6 +178,19 @@ class HttpCalls:
                 finally:
                     session.close(key, streams)
                 return
+        await self._app(scope, replay, send)
+
+    async def _modern_call(self, modern: ModernCalls, scope: Scope, receive: Receive, send: Send) -> None:
+        """A 2026-07-28 POST: its `tools/call` on the hot path if it takes it (`front.http_modern`), else the SDK's."""
+        messages, body = await _read_body(receive, self._max_body)
+        call = modern.take(scope, body) if body is not None else None
+        if call is not None:
+            await modern.serve(call, receive, send)
+            return
+
+        async def replay() -> Message:
+            return messages.pop(0) if messages else await receive()
+
         await self._app(scope, replay, send)
 
     async def _serve(

@@ -149,11 +149,14 @@ def http_app(
 
     Args: as `serve_http`'s.
     """
+    from toolscore._sdk import lifespan_state
     from toolscore.front.console import PUBLIC_PATHS
     from toolscore.front.events import BoundedEventStore
     from toolscore.front.http import HttpGuard
     from toolscore.front.http_fast import HttpCalls
+    from toolscore.front.http_modern import ModernCalls
     from toolscore.front.routes import PathRoutes
+    from toolscore.plan.tool import ORCHESTRATE
 
     app: ASGIApp = server.streamable_http_app(
         host=host,
@@ -164,12 +167,23 @@ def http_app(
         retry_interval=RETRY_INTERVAL_MS,
     )
     if server.fast is not None:
+        fast, handlers, manager = server.fast, server.tool_handlers, server.session_manager
+        stamp = server.server_info_stamp  # fixed at construction; encoded with each answer, never changed
+        modern = ModernCalls(
+            handle=handlers.call_tool,
+            # A plan of a 2026-07-28 client may be an extension task (`front.tasks`): the SDK's path.
+            serves=lambda name: name != ORCHESTRATE and fast.serves(name),
+            input_schema=handlers.input_schema,
+            server_info=lambda: stamp,
+            lifespan_state=lambda: lifespan_state(manager),
+        )
         server.http_calls = HttpCalls(
             app,
-            call=server.fast.call,
-            serves=server.fast.serves,
-            manager=server.session_manager,
+            call=fast.call,
+            serves=fast.serves,
+            manager=manager,
             max_body=max_request_bytes,
+            modern=modern,
         )
         app = server.http_calls
     return HttpGuard(
