@@ -24,6 +24,7 @@ from toolscore.audit.sinks import AuditSink, JsonlAuditSink, NullAuditSink
 from toolscore.config import Config, load_config, server_log_dir, state_dir
 from toolscore.downstream.connection import ServerState, ServerStatus
 from toolscore.downstream.hub import ConfigChanges, DownstreamHub, open_hub
+from toolscore.downstream.reads import ResourceReads
 from toolscore.downstream.registry import Route
 from toolscore.errors import ConfigError
 from toolscore.front.callers import CONSOLE_CALLER, Callers, console_caller
@@ -277,6 +278,7 @@ async def open_gateway(
                 policy=policy.plan_problems,
                 refusal=policy.gateway_tool_refusal(ORCHESTRATE),
                 capabilities=toolhub,  # `<call capability="...">` steps go through the hub
+                reads=ResourceReads(hub),  # `<call tool="resources/read">` steps, as clients' reads
             )
             callers = Callers(roles=directory)
             callers.on_gone(orchestrator.episodes.forget)

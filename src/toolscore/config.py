@@ -548,15 +548,16 @@ class ServerConfig(BaseModel):
     argument_maps: dict[str, dict[str, str]] = Field(default_factory=dict)
     """Downstream tool name -> {capability argument: this tool's argument}, for capability calls."""
     poisoning: Literal["flag", "quarantine", "off"] = "flag"
-    """The poisoning scan of this server's tool, prompt and template definitions (docs/security.md):
+    """The poisoning scan of this server's tool, prompt, template and skill definitions (docs/security.md):
     `flag` lists one with findings and warns in `check` and the console; `quarantine` does not route
     it until it is approved in `poisoning_approved`; `off` skips the scan."""
     poisoning_approved: tuple[str, ...] = ()
     """Tools listed despite their findings: `name@digest` (that definition only, the digest `check
     --json` shows) or a downstream tool name glob (whatever its definition becomes)."""
     pinning: Literal["off", "warn", "enforce"] = "off"
-    """Pin each tool's first definition seen (`<state dir>/pins.json`, docs/security.md): `warn` logs a
-    changed one and lists it; `enforce` holds it (not routed) until `toolscore pins approve`."""
+    """Pin each tool's (prompt's, template's, skill's) first definition seen (`<state dir>/pins.json`,
+    docs/security.md): `warn` logs a changed one and lists it; `enforce` holds it (not routed) until
+    `toolscore pins approve`."""
     trust: Annotated[Literal["trusted", "untrusted"], BeforeValidator(_trust)] = "trusted"
     """Whether this server's results may carry text written by others (web pages, search results):
     `untrusted` labels every result of it (docs/security.md#data-flow-labels)."""

@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, TypeVar
+from typing import TypeVar
 from urllib.parse import quote, unquote
 
 import mcp_types
@@ -26,10 +26,7 @@ import mcp_types
 from toolscore._glob import pieces_match
 from toolscore._naming import public_name
 from toolscore.config import Config, ServerConfig
-from toolscore.trust.verdict import Kind, Suspect, flagged, screen
-
-if TYPE_CHECKING:
-    from toolscore.downstream.registry import PinJudge
+from toolscore.trust.verdict import Kind, PinJudge, Suspect, flagged, judged
 
 __all__ = [
     "SCHEME",
@@ -226,25 +223,15 @@ def build_catalog(
         if cfg.poisoning == "off" and (pins is None or cfg.pinning == "off"):
             return model
         definition = model.model_dump(by_alias=True, mode="json", exclude_none=True)
-        if pins is not None and cfg.pinning != "off" and server not in down:
-            label = f"{'prompt' if kind == 'prompt' else 'template'}:{name}"
-            if pins.judge(server, label, definition)[0] == "changed":
-                held = cfg.pinning == "enforce"
-                problems.append(
-                    f"server '{server}' {kind.replace('_', ' ')} '{name}' changed since it was pinned"
-                    + (f"; held until `toolscore pins approve {server}/{label}`" if held else "; listed")
-                )
-                if held:
-                    return None
-        if cfg.poisoning == "off":
-            return model
-        suspect = screen(kind, server, name, public, definition, mode=cfg.poisoning, approvals=cfg.poisoning_approved)
-        if suspect is None:
-            return model
+        label = f"{'prompt' if kind == 'prompt' else 'template'}:{name}"
+        verdict = judged(kind, server, name, public, definition, cfg, pins=pins, label=label, resting=server in down)
         if server not in down:
-            suspects.append(suspect)
-            problems.append(suspect.problem(server))
-        return None if suspect.quarantined else flagged(model, suspect)
+            problems.extend(verdict.problems)
+            if verdict.suspect is not None:
+                suspects.append(verdict.suspect)
+        if verdict.held is not None:
+            return None
+        return model if verdict.suspect is None else flagged(model, verdict.suspect)
 
     for server in (name for name in config.servers if name in lists):
         cfg = config.servers[server]

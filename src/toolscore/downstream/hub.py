@@ -37,6 +37,7 @@ from toolscore.downstream.connection import Downstream, ServerState, ServerStatu
 from toolscore.downstream.credentials import BearerAuth, Credential, SubjectTokens, credential_for
 from toolscore.downstream.raw import RawResult
 from toolscore.downstream.registry import Registry, Route, build_registry
+from toolscore.downstream.skillbook import SkillBook
 from toolscore.downstream.skills import SKILLS_EXTENSION
 from toolscore.downstream.tasks import call_as_task, runs_as_task
 from toolscore.downstream.transports import MemoryTransport, Transport, transport_for
@@ -139,6 +140,8 @@ class DownstreamHub:
         pinning = any(server.pinning != "off" for server in config.servers.values())
         self._pins = _pin_book(config) if pinning else None
         self.catalog: Catalog = Catalog()
+        self.skills = SkillBook(self)
+        """The servers' skills as listed (SEP-2640): judged as tools are, and each file read checked."""
         self._catalog_listeners: list[CatalogListener] = []
         self._update_listeners: list[UpdateListener] = []
         self._log_dir = log_dir
@@ -282,6 +285,11 @@ class DownstreamHub:
         finally:
             instance.calls -= 1
             instance.used = time.monotonic()
+
+    @property
+    def pins(self) -> PinBook | None:
+        """The pinned definitions (tools, prompts, templates, skills), where some server pins."""
+        return self._pins
 
     async def request_raw(
         self, server: str, method: str, params: dict[str, Any] | None, what: str, *, scope: CallScope

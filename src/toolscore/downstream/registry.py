@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import jsonschema.exceptions
 import mcp_types
@@ -24,20 +24,9 @@ from toolscore._naming import public_name
 from toolscore.config import Config
 from toolscore.downstream.schema_check import Check, compile_check
 from toolscore.trust.poison import Finding, scan
-from toolscore.trust.verdict import Suspect, canonical_json, flagged, screen
+from toolscore.trust.verdict import PinJudge, Suspect, canonical_json, flagged, judged
 
 __all__ = ["PinJudge", "Registry", "Route", "build_registry"]
-
-
-class PinJudge(Protocol):
-    """Pinned definitions (`trust/pins.py`): whether one is new, the pinned one, or changed."""
-
-    def judge(
-        self, server: str, tool: str, definition: dict[str, Any], canonical: str | None = None
-    ) -> tuple[str, str]:
-        """`new`, `same` or `changed`, and the definition's digest (a first sight or a change is
-        recorded); `canonical` is the definition's canonical JSON, made once here for every use."""
-        ...
 
 
 # Results are re-validated per negotiated version by the SDK: one tool that fails there would
@@ -331,33 +320,21 @@ def build_registry(
             if (problem := _schema_problem(exposed_tool, dump, key)) is not None:
                 report(f"server '{server}' tool '{tool.name}' skipped: {problem}")
                 continue
-            if pins is not None and cfg.pinning != "off" and server not in resting:
-                judgement, _ = pins.judge(server, tool.name, definition, canonical)
-                if judgement == "changed":
-                    held = cfg.pinning == "enforce"
-                    report(
-                        f"server '{server}' tool '{tool.name}' changed since it was pinned"
-                        + (f"; held until `toolscore pins approve {server}/{tool.name}`" if held else "; listed")
-                        + f" (`toolscore pins diff {server}/{tool.name}` shows what changed)"
-                    )
-                    if held:
-                        why = f"tool '{tool.name}' of server '{server}' changed since it was pinned; it is held"
-                        holds[name] = f"{why} until `toolscore pins approve {server}/{tool.name}`"
-                        continue
-            if cfg.poisoning != "off":
-                findings = _scanned(tool, definition, key, others)
-                suspect = screen(
-                    "tool", server, tool.name, name, definition, mode=cfg.poisoning,
-                    approvals=cfg.poisoning_approved, findings=findings,
+            if (pins is not None and cfg.pinning != "off") or cfg.poisoning != "off":
+                findings = _scanned(tool, definition, key, others) if cfg.poisoning != "off" else None
+                verdict = judged(
+                    "tool", server, tool.name, name, definition, cfg, pins=pins, resting=server in resting,
+                    canonical=canonical, findings=findings,
                 )  # fmt: skip
-                if suspect is not None:
-                    if server not in resting:
-                        suspects.append(suspect)
-                    report(suspect.problem(server))
-                    if suspect.quarantined:
-                        holds[name] = suspect.problem(server)
-                        continue
-                    exposed_tool = flagged(exposed_tool, suspect)
+                for problem in verdict.problems:
+                    report(problem)
+                if verdict.suspect is not None and server not in resting:
+                    suspects.append(verdict.suspect)
+                if verdict.held is not None:
+                    holds[name] = verdict.held
+                    continue
+                if verdict.suspect is not None:
+                    exposed_tool = flagged(exposed_tool, verdict.suspect)
             routes[name] = Route(
                 name,
                 server,

@@ -16,12 +16,12 @@ the listen streams; `list_changed` goes to every handshake-era connection and to
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
+from functools import partial
 from typing import Any
 
 import mcp_types
 import structlog
-from jsonschema.validators import validator_for
 from mcp import MCPError
 from mcp.server import Server, ServerRequestContext
 from mcp.server.session import ServerSession
@@ -32,25 +32,18 @@ from toolscore._sdk import connection_of
 from toolscore.downstream.backchannel import Peer, on_behalf_of
 from toolscore.downstream.hub import DownstreamHub
 from toolscore.downstream.modern import FrontCall
-from toolscore.downstream.registry import Route
+from toolscore.downstream.reads import READ_TOOL, ResourceReads, read_route
 from toolscore.errors import DownstreamProtocolError, DownstreamUnavailable, Rejected, ToolscoreError
 from toolscore.front.callers import Callers
 from toolscore.front.relaying import front_call_of
-from toolscore.scope import NO_CLIENT, CallScope
+from toolscore.scope import NO_CLIENT
 from toolscore.spill import RESULTS_PREFIX, ResultStore, owner_of_caller
 
 __all__ = ["READ_TOOL", "CatalogHandlers", "PeerFor"]
 
 log = structlog.get_logger("toolscore.catalog")
 
-READ_TOOL = "resources/read"
-"""The pseudo-tool a resource read is audited and checked by policy as, per server."""
-_READ_SCHEMA: dict[str, Any] = {"type": "object", "properties": {"uri": {"type": "string"}}, "required": ["uri"]}
-_READ_VALIDATOR = validator_for(_READ_SCHEMA)(_READ_SCHEMA)
-
 PeerFor = Callable[[ServerRequestContext[Any]], Peer]
-ReadCheck = Callable[[str, str, mcp_types.ReadResourceResult, str, CallScope], Awaitable[None]]
-"""Checks a read of (server, its own URI) before it is passed on; raises to refuse it (`front/skills.py`)."""
 MAX_SUBSCRIPTIONS = 1024
 """Resource subscriptions one client connection may hold: each is a downstream request and state."""
 
@@ -66,20 +59,6 @@ def _failure(exc: ToolscoreError) -> MCPError:
     if isinstance(exc, Rejected):
         return MCPError(mcp_types.INVALID_REQUEST, str(exc))
     return MCPError(mcp_types.INTERNAL_ERROR, str(exc))
-
-
-def _read_route(hub: DownstreamHub, server: str) -> Route:
-    separator = hub.config.settings.separator
-    tool = mcp_types.Tool(name=READ_TOOL, input_schema=_READ_SCHEMA)
-    return Route(
-        READ_TOOL,
-        server,
-        READ_TOOL,
-        tool,
-        _READ_VALIDATOR,
-        canonical=f"{server}{separator}{READ_TOOL}",
-        local_name=READ_TOOL,
-    )
 
 
 class _Subscriptions:
@@ -136,7 +115,6 @@ class CatalogHandlers:
         peer_for: PeerFor,
         *,
         results: ResultStore | None = None,
-        check_read: ReadCheck | None = None,
     ) -> None:
         """Args:
         hub: The downstreams, their catalog, and the requests sent to them.
@@ -146,9 +124,8 @@ class CatalogHandlers:
         bus: The 2026-07-28 listeners' subscription bus.
         peer_for: The client of a request, for its server's requests and logs.
         results: The results kept by reference (`toolscore://results/<id>`), read here by their owner.
-        check_read: What a read must pass before it is passed on (a skill file: the digest listed).
         """
-        self._check_read = check_read
+        self._reads = ResourceReads(hub)
         self._results = results
         self._hub = hub
         self._engine = engine
@@ -181,9 +158,16 @@ class CatalogHandlers:
         self, ctx: ServerRequestContext[Any], params: mcp_types.PaginatedRequestParams | None
     ) -> mcp_types.ListResourcesResult:
         ttl_ms, scope = self._hub.list_hints("resources")
-        return mcp_types.ListResourcesResult(
-            resources=self._hub.catalog.listed_resources(), ttl_ms=ttl_ms, cache_scope=scope
-        )
+        catalog, skills = self._hub.catalog, self._hub.skills
+        if skills.holding():  # the files of a held skill are not listed, as a held prompt is not
+            resources = [
+                r.resource
+                for r in catalog.resources.values()
+                if r.server not in catalog.down and skills.held(r.server, r.uri) is None
+            ]
+        else:
+            resources = catalog.listed_resources()
+        return mcp_types.ListResourcesResult(resources=resources, ttl_ms=ttl_ms, cache_scope=scope)
 
     async def list_templates(
         self, ctx: ServerRequestContext[Any], params: mcp_types.PaginatedRequestParams | None
@@ -213,36 +197,14 @@ class CatalogHandlers:
         name, original = self._owner(uri)
         caller = self._callers.identify(ctx)
         what = f"the read of '{uri}'"
-        hub = self._hub
 
         with on_behalf_of(caller, self._peer_for(ctx), ctx.protocol_version) as scope:
-
-            async def invoke() -> mcp_types.CallToolResult:
-                request = mcp_types.ReadResourceRequest(params=mcp_types.ReadResourceRequestParams(uri=original))
-                try:
-                    result: mcp_types.ReadResourceResult = await hub.request(
-                        name, request, mcp_types.ReadResourceResult, what, scope=scope
-                    )
-                except MCPError as exc:
-                    raise DownstreamProtocolError.answered(name, what, exc.error) from None
-                if self._check_read is not None:
-                    await self._check_read(name, original, result, what, scope)
-                blocks: list[mcp_types.ContentBlock] = []
-                for contents in result.contents:
-                    public = hub.catalog.public_uri(name, str(contents.uri))
-                    blocks.append(
-                        mcp_types.EmbeddedResource(
-                            type="resource", resource=contents.model_copy(update={"uri": public})
-                        )
-                    )
-                return mcp_types.CallToolResult(content=blocks, _meta=result.meta)
-
             outcome = await self._engine.execute(
                 READ_TOOL,
                 {"uri": original},
                 request_id=ctx.request_id,
-                route=_read_route(hub, name),
-                invoke=invoke,
+                route=read_route(self._hub, name),
+                invoke=partial(self._reads.read, name, original, what, scope),
                 scope=scope,
             )
         if outcome.error is not None:

@@ -569,9 +569,7 @@ def build_server(
     LoggingHandlers(hub, peers.levels).register(server)
     skills = SkillHandlers(hub, callers, peers.peer)
     skills.register(server)
-    catalog = CatalogHandlers(
-        hub, engine, callers, sessions, bus, peers.peer, results=results, check_read=skills.verify
-    )
+    catalog = CatalogHandlers(hub, engine, callers, sessions, bus, peers.peer, results=results)
     catalog.register(server)
     ListenHandlers(bus, catalog).register(server)
     tasks.register(server)

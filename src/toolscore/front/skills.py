@@ -8,12 +8,10 @@ server keeps it. A server that fails is left out of that answer, not the others.
 goes to the server that owns the URI, and its error (-32602 for an unknown skill) reaches the
 client unchanged.
 
-Every entry the gateway passes on is remembered as the manifest of that server's files. A read of
-one of those files (`resources/read`, `front/catalog.py`) is checked against it: bytes that are not
-the ones listed are read once more after the server is asked for its skills again (it may have
-changed them since), and refused if they still differ, so a client never gets a skill file
-other than the one its server listed. A file the server never listed (`"resources": "dynamic"`,
-or a read before any listing and not in the server's list) passes unchecked.
+Every entry is judged as it passes (`downstream/skillbook.py`: pinned and scanned as tools are;
+a held one is left out, or refused to `skills/get`), and remembered as the manifest of that
+server's files, against which a read of one of them (`resources/read`, by a client or a plan) is
+checked.
 """
 
 from __future__ import annotations
@@ -30,20 +28,15 @@ from pydantic import ConfigDict
 
 from toolscore.downstream.backchannel import Peer, on_behalf_of
 from toolscore.downstream.caching import ListHint, combined, hint_of
-from toolscore.downstream.catalog import SKILL_SCHEME
-from toolscore.downstream.connection import ServerState
 from toolscore.downstream.hub import DownstreamHub
-from toolscore.downstream.skills import SKILLS_EXTENSION, Listed, check, manifest_of, public_entry
+from toolscore.downstream.skills import public_entry
 from toolscore.errors import DownstreamProtocolError, ToolscoreError
 from toolscore.front.callers import Callers
-from toolscore.scope import CallScope
 
 __all__ = ["SkillHandlers", "skills_capable"]
 
 log = structlog.get_logger("toolscore.skills")
 
-_PAGES_MAX = 100
-"""Pages of one server's `skills/list` read at most (a paginator that never ends cannot hang a list)."""
 _MODERN = "2026-07-28"
 
 
@@ -63,12 +56,7 @@ class _Answer(mcp_types.Result):
 
 def skills_capable(hub: DownstreamHub) -> list[str]:
     """The connected servers that declare the skills extension, in servers.json order."""
-    found = []
-    for name, downstream in hub.downstreams.items():
-        caps = downstream.capabilities
-        if caps is not None and downstream.state is ServerState.UP and SKILLS_EXTENSION in (caps.extensions or {}):
-            found.append(name)
-    return found
+    return hub.skills.capable()
 
 
 def _failure(exc: ToolscoreError) -> MCPError:
@@ -78,7 +66,7 @@ def _failure(exc: ToolscoreError) -> MCPError:
 
 
 class SkillHandlers:
-    """`skills/list`, `skills/get`, and the check of skill files read (`verify`)."""
+    """`skills/list` and `skills/get` (the hub's `SkillBook` judges and remembers every entry)."""
 
     def __init__(
         self, hub: DownstreamHub, callers: Callers, peer_for: Callable[[ServerRequestContext[Any]], Peer]
@@ -86,8 +74,6 @@ class SkillHandlers:
         self._hub = hub
         self._callers = callers
         self._peer_for = peer_for
-        self._manifests: dict[str, dict[str, Listed]] = {}
-        """Per server: its files (its own URIs) as its entries last listed them."""
 
     def register(self, server: Server[Any]) -> None:
         server.add_request_handler("skills/list", _ListParams, self.list_skills)
@@ -98,29 +84,6 @@ class SkillHandlers:
             fields["ttlMs"], fields["cacheScope"] = combined(hints, 0.0)  # each answered just now
         return _Answer.model_validate(fields)
 
-    def _remember(self, server: str, entry: dict[str, Any]) -> None:
-        self._manifests.setdefault(server, {}).update(manifest_of(entry))
-
-    async def _list_server(self, server: str, scope: CallScope) -> tuple[list[dict[str, Any]], ListHint]:
-        """Every entry of one server (its own URIs), and the hint of its first page."""
-        entries: list[dict[str, Any]] = []
-        cursor: str | None = None
-        hint: ListHint | None = None
-        for _ in range(_PAGES_MAX):
-            raw = await self._hub.request_raw(
-                server, "skills/list", {"cursor": cursor} if cursor else None, "skills/list", scope=scope
-            )
-            hint = hint or hint_of(raw, 0.0)
-            entries.extend(e for e in raw.get("skills") or () if isinstance(e, dict))
-            cursor = raw.get("nextCursor")
-            if not isinstance(cursor, str) or not cursor:
-                break
-        manifest: dict[str, Listed] = {}
-        for entry in entries:
-            manifest.update(manifest_of(entry))
-        self._manifests[server] = manifest  # what it lists now, whole
-        return entries, hint or hint_of({}, 0.0)
-
     async def list_skills(self, ctx: ServerRequestContext[Any], params: _ListParams) -> _Answer:
         """Every skill of every server that declares the extension, in one page."""
         catalog = self._hub.catalog
@@ -129,7 +92,7 @@ class SkillHandlers:
         with on_behalf_of(self._callers.identify(ctx), self._peer_for(ctx), ctx.protocol_version) as scope:
             for server in skills_capable(self._hub):
                 try:
-                    entries, hint = await self._list_server(server, scope)
+                    entries, hint = await self._hub.skills.list_server(server, scope)
                 except (ToolscoreError, MCPError) as exc:  # one server failing hides none of the others' skills
                     log.warning("skills not listed", server=server, error=str(exc))
                     continue
@@ -146,9 +109,8 @@ class SkillHandlers:
     async def get_skill(self, ctx: ServerRequestContext[Any], params: _GetParams) -> _Answer:
         """One skill, from the server that owns its URI."""
         found = self._hub.catalog.route_uri(params.uri)
-        if found is None:  # an unprefixed server's skill its resources do not list: the one that listed it
-            owners = [s for s, files in self._manifests.items() if params.uri in files]
-            found = (owners[0], params.uri) if len(owners) == 1 else None
+        if found is None and (lister := self._hub.skills.lister(params.uri)) is not None:
+            found = (lister, params.uri)  # an unprefixed server's skill, not among its resources: its lister's
         if found is None or found[0] not in skills_capable(self._hub):
             raise MCPError(mcp_types.INVALID_PARAMS, f"Unknown skill: {params.uri}", data={"uri": params.uri})
         server, original = found
@@ -162,41 +124,6 @@ class SkillHandlers:
         entry = raw.get("skill")
         if not isinstance(entry, dict):
             raise MCPError(mcp_types.INTERNAL_ERROR, f"Server '{server}' answered skills/get without a skill entry")
-        self._remember(server, entry)
+        entry = self._hub.skills.take(server, entry)  # judged: raises where the skill is held
         public = public_entry(entry, lambda uri: self._hub.catalog.public_uri(server, uri))
         return self._answer(ctx, {"skill": public}, [hint_of(raw, 0.0)])
-
-    async def verify(
-        self, server: str, uri: str, result: mcp_types.ReadResourceResult, what: str, scope: CallScope
-    ) -> None:
-        """Check a read of `server`'s `uri` against the digest and size it listed; raise if it differs.
-
-        A server whose files were never listed through the gateway is asked for its skills first.
-        """
-        if not uri.startswith(SKILL_SCHEME) or server not in skills_capable(self._hub):
-            return
-        contents = [c.model_dump(by_alias=True, mode="json") for c in result.contents]
-        if server not in self._manifests:
-            await self._relist(server, scope)
-        listed = self._manifests.get(server, {}).get(uri)
-        if listed is None:
-            return  # not a listed file: nothing to check it against
-        problem = check(uri, listed, contents)
-        if problem is not None:
-            await self._relist(server, scope)  # the server may have changed the skill since
-            listed = self._manifests.get(server, {}).get(uri)
-            problem = None if listed is None else check(uri, listed, contents)
-        if problem is not None:
-            log.warning("skill file refused: not the one listed", server=server, uri=uri, problem=problem)
-            error = mcp_types.ErrorData(
-                code=mcp_types.INTERNAL_ERROR,
-                message=f"{what}: the file is not the one its server listed ({problem}); not passed on",
-                data={"uri": uri, "listed": {"digest": listed[0], "size": listed[1]} if listed else None},
-            )
-            raise DownstreamProtocolError(error.message, server=server, error=error)
-
-    async def _relist(self, server: str, scope: CallScope) -> None:
-        try:
-            await self._list_server(server, scope)
-        except (ToolscoreError, MCPError) as exc:
-            log.warning("skills not listed", server=server, error=str(exc))

@@ -37,6 +37,7 @@ from toolscore.errors import PlanCheckError, PlanProblem, RefSyntaxError
 from toolscore.plan.blocks import SPECS, BlockKind, either, shorthand_table
 from toolscore.plan.dialects import DIALECTS, Reading, Targets, read_references
 from toolscore.plan.nodes import (
+    READ_TOOL,
     Block,
     CallNode,
     CheckedBlock,
@@ -45,6 +46,7 @@ from toolscore.plan.nodes import (
     CheckedNode,
     CheckedPlan,
     ParsedTurn,
+    ResourceReader,
 )
 from toolscore.plan.parse import CAPABILITY_RE
 from toolscore.plan.refs import Ref, contains_ref, find_refs, nearest, step_like
@@ -135,9 +137,11 @@ class _Checker:
         earlier_steps: Mapping[int, str | None],
         earlier_ids: Mapping[str, int | None],
         capabilities: Mapping[str, tuple[str, ...]] | None = None,
+        reads: ResourceReader | None = None,
     ) -> None:
         self.turn = turn
         self.capabilities = capabilities
+        self.reads = reads
         self.registry = registry
         self.shorthands = shorthands
         self.limits = limits
@@ -267,6 +271,8 @@ class _Checker:
     def route(self, node: CallNode) -> tuple[Route | None, Shorthand | None]:
         servers = ", ".join(self.registry.servers) or "none"
         if node.public is not None:
+            if node.public == READ_TOOL and self.registry.get(READ_TOOL) is None:
+                return self.read(node, None), None
             return self.public(node, node.public), None
         if node.shorthand is not None:
             binding = self.shorthands.get(node.shorthand)
@@ -303,6 +309,8 @@ class _Checker:
         if node.server is None or node.tool is None:
             return None, None  # a <call> without its route: the parser said so (`bad_call`)
         route = self.registry.find(node.server, node.tool)
+        if route is None and node.tool == READ_TOOL and node.server in self.registry.servers:
+            return self.read(node, node.server), None
         if route is None and (named := self.named(node.tool)) is not None and named.server == node.server:
             return self.public(node, node.tool), None  # `tool="fx__echo"` inside server `fx`
         if route is None:
@@ -333,6 +341,40 @@ class _Checker:
                     node,
                 )
         return route, None
+
+    def read(self, node: CallNode, server: str | None) -> Route | None:
+        """A resource read (`<call tool="resources/read">URI</call>`, or with `server=`): the
+        pseudo-tool `resources/read` of the server that owns the URI, as a client's read is."""
+        where = f'step {node.step} <call tool="{READ_TOOL}">'
+        if self.reads is None:
+            self.problem("unknown_tool", f"{where}: plans cannot read resources here", node)
+            return None
+        spec = node.args
+        uri = spec.value.get("uri") if spec.kind == "json" and isinstance(spec.value, dict) else spec.value
+        literal = uri if isinstance(uri, str) and spec.kind in ("json", "text") and not contains_ref(uri) else None
+        owner = self.reads.owner(literal) if literal is not None else None
+        if literal is not None and owner is None:
+            self.problem("unknown_resource", f"{where}: no server serves '{literal[:200]}'", node)
+            return None
+        if server is None:
+            if owner is None:
+                servers = ", ".join(self.registry.servers) or "none"
+                self.problem(
+                    "unknown_resource",
+                    f'{where}: a URI known only when the step runs needs its server: write <call server="S" '
+                    f'tool="{READ_TOOL}"> (servers: {servers})',
+                    node,
+                )
+                return None
+            server = owner[0]
+        elif owner is not None and owner[0] != server:
+            message = f"{where}: '{str(literal)[:200]}' belongs to server '{owner[0]}', not '{server}'"
+            self.problem("unknown_resource", message, node)
+            return None
+        route = self.reads.route(server)
+        if route is None:
+            self.problem("unknown_resource", f"{where}: server '{server}' serves no resources", node)
+        return route
 
     def bind(self, node: CallNode, route: Route, shorthand: Shorthand | None) -> dict[str, Any] | None:
         spec = node.args
@@ -413,9 +455,10 @@ class _Checker:
                 continue  # a reference in another dialect, refused above: one problem is enough
             where = format_path(err.absolute_path)
             self.problem("invalid_arguments", f"{route.public_name}: {where}: {err.message}", node)
+        reads = route.remote_name == READ_TOOL and route.public_name == READ_TOOL  # never a listed tool's name
         if node.retries:
             hints = route.tool.annotations
-            safe = node.idempotent or (hints is not None and (hints.read_only_hint or hints.idempotent_hint))
+            safe = reads or node.idempotent or (hints is not None and (hints.read_only_hint or hints.idempotent_hint))
             if not safe:
                 self.problem(
                     "unsafe_retries",
@@ -423,7 +466,7 @@ class _Checker:
                     'add idempotent="true" if repeating it is harmless',
                     node,
                 )
-        checked = CheckedCall(node, route, arguments, refs)
+        checked = CheckedCall(node, route, arguments, refs, reads)
         self.calls.append(checked)
         return checked
 
@@ -590,6 +633,7 @@ def check_plan(
     earlier_steps: Mapping[int, str | None] | None = None,
     earlier_ids: Mapping[str, int | None] | None = None,
     capabilities: Mapping[str, tuple[str, ...]] | None = None,
+    reads: ResourceReader | None = None,
 ) -> CheckedPlan:
     """Check a parsed turn against the exposed tools.
 
@@ -602,6 +646,7 @@ def check_plan(
         earlier_ids: Ids of earlier turns -> their step numbers (None for blocks).
         capabilities: Capability -> the tools offering it, best first (the ToolHub's); None
             where there is no ToolHub, and a capability step is then refused.
+        reads: The resources plans may read (`<call tool="resources/read">`); None: no reads.
 
     Raises:
         PlanCheckError: with every problem found.
@@ -612,7 +657,7 @@ def check_plan(
         # Alone and at once: checking thousands of steps would only bury this one problem.
         message = f"the plan has {len(turn.calls)} steps; the limit is {limits.max_steps}: split it over several turns"
         raise PlanCheckError([PlanProblem("too_many_steps", message)])
-    checker = _Checker(turn, registry, shorthands, limits, earlier_steps or {}, earlier_ids or {}, capabilities)
+    checker = _Checker(turn, registry, shorthands, limits, earlier_steps or {}, earlier_ids or {}, capabilities, reads)
     checker.index(turn.root, ())
     checker.targets = Targets(
         checker.known,

@@ -4,17 +4,21 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 if TYPE_CHECKING:
     # For annotations only: the block table builds on these nodes, and the parser's modules need
     # not import the tool registry.
+    import mcp_types
+
     from toolscore.downstream.registry import Route
     from toolscore.errors import PlanProblem
     from toolscore.plan.blocks import BlockKind
     from toolscore.plan.refs import Ref
+    from toolscore.scope import CallScope
 
 __all__ = [
+    "READ_TOOL",
     "ArgsSpec",
     "Block",
     "CallNode",
@@ -27,6 +31,7 @@ __all__ = [
     "Node",
     "ParsedTurn",
     "PlanPolicy",
+    "ResourceReader",
     "Status",
 ]
 
@@ -35,6 +40,26 @@ Status = Literal["ok", "error", "timeout", "cancelled", "skipped", "ref_error"]
 
 PlanPolicy = Callable[["CheckedPlan", "str | None"], "list[PlanProblem]"]
 """What policy says of a whole checked plan for its caller, before any step runs (`Policy.plan_problems`)."""
+
+READ_TOOL = "resources/read"
+"""The tool a plan reads a resource by (`<call tool="resources/read">URI</call>`): the pseudo-tool
+`resources/read` of the server that owns the URI, as a client's read is (`downstream/reads.py`)."""
+
+
+class ResourceReader(Protocol):
+    """What plans need to read resources (`toolscore.downstream.reads.ResourceReads` is one)."""
+
+    def owner(self, uri: str) -> tuple[str, str] | None:
+        """The server a public URI belongs to and its own URI for it; None if no server owns it."""
+        ...
+
+    def route(self, server: str) -> Route | None:
+        """The pseudo-tool `resources/read` of `server`; None where it serves no resources."""
+        ...
+
+    async def read(self, server: str, uri: str, what: str, scope: CallScope) -> mcp_types.CallToolResult:
+        """The read of `uri` (the server's own) as a tool result of embedded resources (public URIs)."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +138,8 @@ class CheckedCall:
     route: Route
     arguments: dict[str, Any]
     refs: tuple[Ref, ...]
+    reads: bool = False
+    """A resource read (`READ_TOOL`): `arguments["uri"]` is read from `route.server`."""
 
     @property
     def step(self) -> int:

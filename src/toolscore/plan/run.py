@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any, Protocol
 
 import anyio
@@ -34,12 +35,15 @@ from toolscore.errors import RefError
 from toolscore.plan.blocks import SPECS
 from toolscore.plan.encoding import json_value, loads_result
 from toolscore.plan.nodes import (
+    READ_TOOL,
     Block,
     CheckedBlock,
+    CheckedCall,
     CheckedCapability,
     CheckedNode,
     CheckedPlan,
     CheckedStep,
+    ResourceReader,
     Status,
 )
 from toolscore.plan.refs import Ref, resolve, value_of
@@ -205,6 +209,14 @@ def _read(run: CallOutcome, record: StepRecord) -> bool:
     return bool(result.is_error)
 
 
+def _contents(result: mcp_types.CallToolResult, record: StepRecord) -> None:
+    """A read step's `text` (the texts read) and `json` (`{"contents": [...]}`, as `resources/read`
+    answers: each item's public URI, MIME type, and text or base64 blob)."""
+    items = [b.resource for b in result.content if isinstance(b, mcp_types.EmbeddedResource)]
+    record.text = "\n".join(i.text for i in items if isinstance(i, mcp_types.TextResourceContents))
+    record.json = {"contents": [i.model_dump(by_alias=True, mode="json", exclude_none=True) for i in items]}
+
+
 def _json_of(result: mcp_types.CallToolResult, text: str) -> Any:
     """A step's `json`: its structured content, else its text as JSON, else the text; values that
     are not JSON (NaN, bytes, integer keys) in the documented encoding (`encoding.py`)."""
@@ -251,6 +263,7 @@ class PlanRunner:
         capabilities: CapabilityHub | None = None,
         gate: StepGate | None = None,
         scope: CallScope = NO_CLIENT,
+        reads: ResourceReader | None = None,
     ) -> None:
         """Args:
         scope: The front request the plan serves: its caller's, whose client receives the steps'
@@ -258,7 +271,9 @@ class PlanRunner:
         max_argument_bytes: The most a step's arguments may grow to once references are resolved.
         capabilities: Runs the capability steps (the checker refuses them where there is none).
         gate: Budgets kept step by step (`delegate`'s): retries counted, each result's bytes seen.
+        reads: Runs the read steps (`<call tool="resources/read">`; the checker refuses them without it).
         """
+        self._reads = reads
         self._gate = gate
         self._capabilities = capabilities
         self._max_argument_bytes = max_argument_bytes
@@ -410,21 +425,23 @@ class PlanRunner:
         if isinstance(call, CheckedCapability):
             await self._capability(call, arguments, record, scope)
             return
+        if call.reads:
+            execute = self._resource(call, arguments, record, scope)
+            if execute is None:
+                return  # the record says why
+        else:
+            # read as bytes (`_read`) where no hook needs the model
+            execute = partial(self._engine.execute, call.route.public_name, arguments, keep_bytes=True)
         retries = call.node.retries
         delay = _BACKOFF_FIRST
         for attempt in range(1, retries + 2):
             record.attempts = attempt
             async with self._limiters(call.route.server):
-                run = await self._engine.execute(
-                    call.route.public_name,
-                    arguments,
-                    plan_id=self._plan_id,
-                    timeout=call.node.timeout,
-                    scope=scope,
-                    keep_bytes=True,  # read as bytes (`_read`) where no hook needs the model
-                )
+                run = await execute(plan_id=self._plan_id, timeout=call.node.timeout, scope=scope)
             is_error = _read(run, record)
             if run.error is None and not is_error:
+                if call.reads and record.result is not None:
+                    _contents(record.result, record)
                 record.status, record.error = "ok", None
                 return
             kind = run.error.kind if run.error is not None else "tool_error"
@@ -437,6 +454,27 @@ class PlanRunner:
                 return
             await anyio.sleep(min(delay, _BACKOFF_MAX) * random.uniform(0.8, 1.2))
             delay *= 2
+
+    def _resource(
+        self, call: CheckedCall, arguments: dict[str, Any], record: StepRecord, scope: CallScope
+    ) -> Callable[..., Awaitable[CallOutcome]] | None:
+        """A read step's call: the engine running the pseudo-tool `resources/read` of the server that
+        owns the URI (policy, deadline, audit, as a client's read), which the reader sends; None,
+        with the record saying why, where the URI resolved to one of another server or of none."""
+        uri, server = arguments.get("uri"), call.route.server
+        owner = self._reads.owner(uri) if self._reads is not None and isinstance(uri, str) else None
+        if owner is None or owner[0] != server:
+            record.attempts, record.status = 1, "error"
+            record.error = record.text = (
+                f"no server serves '{str(uri)[:200]}'"
+                if owner is None
+                else f"'{str(uri)[:200]}' belongs to server '{owner[0]}', not '{server}': not read"
+            )
+            return None
+        assert self._reads is not None
+        original = owner[1]
+        invoke = partial(self._reads.read, server, original, f"the read of '{uri}'", scope)
+        return partial(self._engine.execute, READ_TOOL, {"uri": original}, route=call.route, invoke=invoke)
 
     async def _capability(
         self, call: CheckedCapability, arguments: dict[str, Any], record: StepRecord, scope: CallScope

@@ -23,7 +23,16 @@ from toolscore.audit.sinks import AuditRecord, AuditSink
 from toolscore.config import Config
 from toolscore.errors import InputRequired, PlanCheckError, PlanProblem, PlanSyntaxError, Rejected
 from toolscore.plan.blocks import SPECS, shorthand_table
-from toolscore.plan.nodes import CheckedBlock, CheckedCapability, CheckedNode, CheckedPlan, ParsedTurn, PlanPolicy
+from toolscore.plan.nodes import (
+    READ_TOOL,
+    CheckedBlock,
+    CheckedCapability,
+    CheckedNode,
+    CheckedPlan,
+    ParsedTurn,
+    PlanPolicy,
+    ResourceReader,
+)
 from toolscore.scope import NO_CLIENT, CallScope
 from toolscore.telemetry import tracing
 from toolscore.types import ProgressFn, ToolSource
@@ -174,11 +183,14 @@ class Orchestrator:
         policy: PlanPolicy | None = None,
         refusal: str | None = None,
         capabilities: CapabilityHub | None = None,
+        reads: ResourceReader | None = None,
     ) -> None:
         """Args:
         refusal: Why policy forbids `orchestrate` itself, if it does: every call is refused.
         capabilities: The ToolHub, for `<call capability="...">` steps; without it they are refused.
+        reads: The servers' resources, for `<call tool="resources/read">` steps; without it they are refused.
         """
+        self.reads = reads
         self._tools = tools
         self._policy = policy
         self._engine = engine
@@ -216,6 +228,12 @@ class Orchestrator:
             servers=", ".join(registry.servers) or "none",
             blocks=_BLOCKS,
         )
+        reads = self.reads
+        if reads is not None and any(reads.route(server) is not None for server in registry.servers):
+            description += (
+                f'\n- Read a resource or skill file: <call tool="{READ_TOOL}">skill://S/NAME/SKILL.md</call> '
+                f'(a URI by reference: <call server="S" tool="{READ_TOOL}">{{"uri": "${{id.text}}"}}</call>).'
+            )
         hub = self.capabilities
         if hub is not None and hub.offers_capabilities and (table := hub.candidate_table()):
             common = sorted(table, key=lambda tag: (-len(table[tag]), tag))[:_LISTED_CAPABILITIES]
@@ -343,6 +361,7 @@ class Orchestrator:
             # A step's resolved arguments may be no larger than what a client may send directly.
             max_argument_bytes=self._config.settings.max_request_bytes,
             capabilities=self.capabilities,
+            reads=self.reads,
         )
         finished = await runner.run(checked, self._limits.budget_seconds)
         tracing.plan_event("ran", {"toolscore.completed": finished})
@@ -407,6 +426,7 @@ class Orchestrator:
             earlier_steps=earlier_steps,
             earlier_ids=earlier_ids,
             capabilities=capabilities if self.capabilities is not None else None,
+            reads=self.reads,
         )
         problems = self._policy(checked, caller) if self._policy is not None else []
         if any(problem.code != NEEDS_APPROVAL for problem in problems):

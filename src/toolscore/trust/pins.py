@@ -18,7 +18,7 @@ import difflib
 import json
 import os
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from json.encoder import encode_basestring_ascii
@@ -217,9 +217,11 @@ _CLOCK: tuple[int, str] = (0, "")
 
 def definition_diff(old: Mapping[str, Any], new: Mapping[str, Any], label: str = "") -> str:
     """A person's view of a changed definition: a unified diff of the description, the schema
-    paths added and removed, and every other field that changed."""
+    paths added and removed, and every other field that changed. A skill's (SEP-2640) description
+    is its frontmatter's; its other frontmatter fields and its files (by URI: digest and size) are
+    named one by one."""
     lines: list[str] = []
-    before, after = str(old.get("description") or ""), str(new.get("description") or "")
+    before, after = _description(old), _description(new)
     if before != after:
         lines.extend(
             difflib.unified_diff(
@@ -231,10 +233,42 @@ def definition_diff(old: Mapping[str, Any], new: Mapping[str, Any], label: str =
         was, now = set(_paths(old.get(key))), set(_paths(new.get(key)))
         lines.extend(f"+ {key}{path}" for path in sorted(now - was))
         lines.extend(f"- {key}{path}" for path in sorted(was - now))
-    for key in sorted((set(old) | set(new)) - {"description", "inputSchema", "outputSchema"}):
-        if old.get(key) != new.get(key):
-            lines.append(f"~ {key}: {json.dumps(old.get(key))[:200]} -> {json.dumps(new.get(key))[:200]}")
+    skill = isinstance(old.get("frontmatter"), Mapping) and isinstance(new.get("frontmatter"), Mapping)
+    if skill:
+        lines.extend(_changed(old["frontmatter"], new["frontmatter"], "frontmatter.", skip={"description"}))
+        lines.extend(_changed(_files(old), _files(new), "file "))
+    done = {"description", "inputSchema", "outputSchema", *(("frontmatter", "resources") if skill else ())}
+    lines.extend(_changed(old, new, "", skip=done))
     return "\n".join(lines)
+
+
+def _description(definition: Mapping[str, Any]) -> str:
+    text = definition.get("description")
+    frontmatter = definition.get("frontmatter")
+    if text is None and isinstance(frontmatter, Mapping):
+        text = frontmatter.get("description")
+    return str(text or "")
+
+
+def _files(entry: Mapping[str, Any]) -> dict[str, Any]:
+    """A skill entry's files by URI (`"dynamic"` as it is)."""
+    resources = entry.get("resources")
+    if not isinstance(resources, list):
+        return {"(files)": resources}
+    return {
+        str(item.get("uri")): {k: v for k, v in item.items() if k != "uri"}
+        for item in resources
+        if isinstance(item, Mapping)
+    }
+
+
+def _changed(old: Mapping[str, Any], new: Mapping[str, Any], prefix: str, skip: Collection[str] = ()) -> list[str]:
+    """`~ key: was -> now` for every key whose value differs (absent reads as null)."""
+    return [
+        f"~ {prefix}{key}: {json.dumps(old.get(key))[:200]} -> {json.dumps(new.get(key))[:200]}"
+        for key in sorted((set(old) | set(new)) - set(skip))
+        if old.get(key) != new.get(key)
+    ]
 
 
 def _paths(node: Any, at: str = "", depth: int = 0) -> Iterator[str]:

@@ -842,6 +842,8 @@ def _texts(kind: str, definition: Mapping[str, Any], spots: list[Spot] | None) -
                         texts.append(value)
                         if spots is not None:
                             spots.append((f"arguments[{n}].{key}", key != "name"))
+    if kind == "skill":  # a skill's SKILL.md frontmatter, as its listing carries it: every string is prose
+        _schema_texts(definition.get("frontmatter"), "frontmatter" if spots is not None else "", texts, spots, True)
     for key in ("inputSchema", "outputSchema"):
         _schema_texts(definition.get(key), key if spots is not None else "", texts, spots)
     return texts
@@ -954,7 +956,8 @@ def scan(kind: str, definition: Mapping[str, Any], *, others: Collection[str] = 
     """The findings of one definition, in the order of its texts.
 
     Args:
-        kind: `tool`, `prompt` or `resource_template`.
+        kind: `tool`, `prompt`, `resource_template` or `skill` (an entry of `skills/list`, SEP-2640:
+            its frontmatter's texts, its `name` and `description` among them).
         definition: The definition as the server sent it, as JSON data (camelCase keys).
         others: Lower-case names of the tools of *other* servers: a description naming one is shadowing.
             Only distinctive names count (with `_`, `-` or `.`), so that "search" or "fetch" in prose does not.
