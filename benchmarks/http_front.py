@@ -5,10 +5,10 @@
 
 Both paths use a real `mcp` client over streamable HTTP: "direct" is the fixture server served over
 streamable HTTP by the SDK (`fixture_server.py --http`); "gateway" is `toolscore serve --transport
-http` with the fixture as its stdio server (its handshake-era passthrough calls take the hot path,
-`front/http_fast.py`; 2026-07-28 calls go through the SDK). Rounds alternate the order so machine
-noise hits both alike; each figure is the median over rounds, the last column the ratio to direct
-in the same run. Audit logging is on (to a temporary file), as a user would run it.
+http` with the fixture as its stdio server (its passthrough calls take the hot paths,
+`front/http_fast.py` for the handshake era, `front/http_modern.py` for 2026-07-28). Rounds
+alternate the order so machine noise hits both alike; each figure is the median over rounds, the
+last column the ratio to direct in the same run. Audit logging is on (to a temporary file), as a user would run it.
 
 Without `--sessions`: one handshake-era client (`mode="legacy"`, what Claude Desktop, Inspector
 and mcp-remote speak) in this process, sequential `echo` calls after 20 warm-up calls.
@@ -19,9 +19,10 @@ session count N, N concurrent sessions, each its own `Client` on its own `httpx`
 separate agents would be), each making sequential `echo` calls for `--seconds` after a few warm-up
 calls. The clients run in a worker process of their own, so the server tree's CPU time (the
 process and every descendant, from /proc) counts no client work; the worker's own CPU per call is
-reported beside it. On a small machine the clients still compete with the servers for the same
-cores, so throughput at many sessions is partly the client's limit: compare the ratio, in the same
-run, not the absolute figures.
+reported beside it, and so is the server process's alone (for the gateway: its own cost, without
+the stdio server behind it; for the direct server the same as its tree). On a small machine the
+clients still compete with the servers for the same cores, so throughput at many sessions is partly
+the client's limit: compare the ratio, in the same run, not the absolute figures.
 """
 
 from __future__ import annotations
@@ -95,6 +96,12 @@ def tree_cpu(top: int) -> float:
     return cpu
 
 
+def process_cpu(pid: int) -> float:
+    """CPU seconds so far of process `pid` alone: the gateway's own, without its servers."""
+    found = live_processes().get(pid)
+    return found[1] if found is not None else 0.0
+
+
 def own_cpu() -> float:
     times = os.times()
     return times.user + times.system
@@ -133,19 +140,20 @@ async def concurrent(url: str, tool: str, sessions: int, mode: str, seconds: flo
         for _ in range(sessions):
             tg.start_soon(session)
         await all_ready.wait()
-        server_before, client_before = tree_cpu(server), own_cpu()
+        server_before, client_before, top_before = tree_cpu(server), own_cpu(), process_cpu(server)
         began = time.perf_counter()
         deadline = began + seconds
         go.set()
         await all_done.wait()
         elapsed = time.perf_counter() - began
-        server_after, client_after = tree_cpu(server), own_cpu()
+        server_after, client_after, top_after = tree_cpu(server), own_cpu(), process_cpu(server)
         close.set()
     calls = len(latencies)
     out["calls/s"] = calls / elapsed
     out["p50 (ms)"] = statistics.median(latencies)
     out["p95 (ms)"] = percentile(latencies, 0.95)
     out["server tree CPU per call (ms)"] = (server_after - server_before) * 1000 / calls
+    out["server process CPU per call (ms)"] = (top_after - top_before) * 1000 / calls
     out["client CPU per call (ms)"] = (client_after - client_before) * 1000 / calls
     out["calls"] = calls
     return out
@@ -256,6 +264,7 @@ def sessions_main(args: argparse.Namespace) -> None:
         ("p50 (ms)", "p50 ms"),
         ("p95 (ms)", "p95 ms"),
         ("server tree CPU per call (ms)", "server CPU/call ms"),
+        ("server process CPU per call (ms)", "top process CPU/call"),
         ("client CPU per call (ms)", "client CPU/call ms"),
     ]
     for era in eras:
