@@ -40,7 +40,7 @@ from toolscore.state import open_state
 from toolscore.telemetry import tracing
 from toolscore.toolhub import ObservingSink, Scoreboard, ToolHub
 from toolscore.toolhub.catalog import OWN_TOOLS
-from toolscore.toolhub.persist import score_store
+from toolscore.toolhub.persist import saved_while_open, score_store
 
 if TYPE_CHECKING:
     from starlette.types import ASGIApp
@@ -328,7 +328,10 @@ async def open_gateway(
             if tracing.tracer is not None:  # an HTTP `traceparent` continues the caller's trace
                 server.middleware.insert(0, tracing.TraceparentMiddleware())
             try:
-                async with running_plans(server.plan_tasks):  # plans run as tasks end with the gateway
+                async with (
+                    running_plans(server.plan_tasks),  # plans run as tasks end with the gateway
+                    saved_while_open(kept, scores, settings.toolhub.save_seconds),
+                ):
                     yield Gateway(
                         config,
                         hub,

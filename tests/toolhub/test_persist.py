@@ -9,9 +9,11 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 from mcp import Client
 
+from tests.conftest import wait_for
 from tests.toolhub.test_scoring import Clock, record
 from toolscore import Gateway
 from toolscore.testing import FakeDownstream, memory_config, running_gateway
@@ -62,6 +64,19 @@ async def test_a_restarted_gateway_still_knows_which_candidate_failed(tmp_path: 
         assert order(again) == ["beta__lookup", "alpha__lookup"]  # learned before the restart
         score = again.toolhub.scores.get("alpha__lookup")
         assert score is not None and score.calls == 1
+
+
+async def test_scores_are_saved_while_the_gateway_runs_not_only_when_it_stops(tmp_path: Path) -> None:
+    # A gateway killed outright keeps what it saved last: here, before it stops at all.
+    path = tmp_path / "scores.json"
+    async with gateway(path, save_seconds=0.05) as gw, Client(gw.server) as client:
+        await anyio.sleep(0.2)
+        assert not path.exists()  # nothing learned, nothing written
+        await client.call_tool("call_capability", {"capability": "define", "arguments": {"query": "x"}})
+        await wait_for(path.exists)
+        saved = json.loads(path.read_text())["scores"]
+        assert saved["alpha__lookup"]["success"] == 0.5 and saved["beta__lookup"]["calls"] == 1
+        assert not gw.toolhub.scores.changed  # taken by the save: the next round writes nothing new
 
 
 async def test_scores_are_kept_in_memory_only_when_persistence_is_off(tmp_path: Path) -> None:

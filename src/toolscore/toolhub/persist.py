@@ -1,6 +1,8 @@
 """The ToolHub's learned scores across restarts: a file in the state directory, or Redis.
 
-Loaded once when the gateway opens, saved when it closes. With `toolscore.state` set, every
+Loaded once when the gateway opens, saved when it closes and, while it runs, every
+`toolhub.save_seconds` when a score changed (`saved_while_open`), so a gateway killed outright
+loses at most that much of what it learned. With `toolscore.state` set, every
 replica reads and writes one Redis hash (`toolhub:scores`, tool -> JSON), each writing only the
 tools it scored since it started, so replicas add up instead of overwriting each other; else a
 JSON file (`toolhub.scores_path`, default `<state dir>/toolhub-scores.json`), merged on save with
@@ -16,7 +18,8 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -29,7 +32,7 @@ from toolscore.toolhub.scoring import FORGET_AFTER_SECONDS, Scoreboard, ToolScor
 if TYPE_CHECKING:
     from toolscore.state.redis_store import RedisState
 
-__all__ = ["MAX_FILE_BYTES", "FileScores", "RedisScores", "ScoreStore", "score_store"]
+__all__ = ["MAX_FILE_BYTES", "FileScores", "RedisScores", "ScoreStore", "saved_while_open", "score_store"]
 
 MAX_FILE_BYTES = 4 * 1024 * 1024
 """A scores file larger than this is not read (ten thousand tools take well under 2 MB)."""
@@ -60,6 +63,28 @@ def score_store(config: Config, state: RedisState | None) -> ScoreStore | None:
         return RedisScores(state)
     path = Path(settings.scores_path).expanduser() if settings.scores_path else state_dir() / "toolhub-scores.json"
     return FileScores(path)
+
+
+@asynccontextmanager
+async def saved_while_open(store: ScoreStore | None, board: Scoreboard, every: float) -> AsyncIterator[None]:
+    """While open: `board` saved into `store` every `every` seconds when a score changed since the
+    last save (the final save, at the stop, is the gateway's)."""
+    if store is None:
+        yield
+        return
+
+    async def keep_saving() -> None:
+        while True:
+            await anyio.sleep(every)
+            if board.changed:
+                await store.save_from(board)  # never raises: a failure is logged, the next round tries again
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(keep_saving)
+        try:
+            yield
+        finally:
+            tg.cancel_scope.cancel()
 
 
 class FileScores:

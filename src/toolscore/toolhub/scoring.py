@@ -93,6 +93,11 @@ class Scoreboard:
         score.calls += 1
         self._changed.add(record.tool)
 
+    @property
+    def changed(self) -> bool:
+        """Whether a score changed since the last snapshot (something new to save)."""
+        return bool(self._changed)
+
     def snapshot(self, *, changed_only: bool = False) -> dict[str, dict[str, Any]]:
         """Every score (or those changed since the last snapshot) as plain JSON values, by tool."""
         tools = sorted(self._changed) if changed_only else sorted(self._scores)
