@@ -17,7 +17,7 @@ import pytest
 
 from tests.conftest import fixture_entry, write_config
 from tests.fixtures.corpus_server import CASES
-from tests.front.test_fast import LineClient, appears, audit, corpus_config, gateway_in_process, result_bytes
+from tests.front.line_client import LineClient, appears, audit, corpus_config, gateway_in_process, result_bytes
 from toolscore.front.express import ExpressLane
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
