@@ -220,6 +220,51 @@ def http_gateway_process(config: Path, *, env: dict[str, str] | None = None) -> 
         assert proc.wait(timeout=60) == 0
 
 
+LONG_FILES = (
+    "tests/front/test_oauth_clients.py",
+    "tests/front/test_skills_conformance.py",
+    "tests/security/test_downstream_credentials.py",
+    "tests/test_cli.py",
+    "tests/reliability/test_documented_serve.py",
+    "tests/front/test_conformance.py",
+    "tests/downstream/test_child.py",
+    "tests/front/test_fast.py",
+    "tests/toolhub/test_strategies.py",
+    "tests/front/test_fast_flight.py",
+    "tests/reliability/test_documented_audit.py",
+    "tests/security/test_exposure.py",
+    "tests/reliability/test_documented_calls.py",
+    "tests/front/test_attribution.py",
+    "tests/security/test_principals.py",
+    "tests/scaleout/test_replicas.py",
+    "tests/front/test_http_fast.py",
+    "tests/security/test_isolation.py",
+    "tests/reliability/test_faults.py",
+    "tests/front/test_inflight_cap.py",
+    "tests/front/test_stdio.py",
+)
+"""The test files that take the most of one worker's time, longest first (each 50 s or more of
+the whole suite's run at a load of 7 to 8 on 2 cores, 2026-11-27): they start first."""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Longest files first: one worker runs a whole file (`--dist loadfile`), in the order collected
+    (`--no-loadscope-reorder`), so a long file that starts last is the run's tail. Then the other
+    files that start processes (`e2e`), then the in-memory ones, which fill the gaps at the end.
+
+    Pytest-randomly has shuffled the files and the tests in each already; this sort is stable, so
+    the order within each of those three parts is still the seed's.
+    """
+    starts_processes = {item.nodeid.split("::")[0] for item in items if item.get_closest_marker("e2e")}
+
+    def rank(item: pytest.Item) -> tuple[int, bool]:
+        path = item.nodeid.split("::")[0]
+        long = LONG_FILES.index(path) if path in LONG_FILES else len(LONG_FILES)
+        return long, path not in starts_processes
+
+    items.sort(key=rank)
+
+
 class _ProcessStarted(Exception):
     """A test outside the `e2e` tier started a process."""
 

@@ -1,0 +1,27 @@
+"""The order the suite's files start in (tests/conftest.py): the long ones first, then those that
+start processes, then the in-memory ones."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import LONG_FILES
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_every_long_file_is_listed_once_and_exists() -> None:
+    assert len(set(LONG_FILES)) == len(LONG_FILES)
+    assert [path for path in LONG_FILES if not (ROOT / path).is_file()] == []
+
+
+def test_this_run_starts_the_long_files_first_then_those_that_start_processes(request: pytest.FixtureRequest) -> None:
+    items = request.session.items
+    files = list(dict.fromkeys(item.nodeid.split("::")[0] for item in items))
+    long = [path for path in files if path in LONG_FILES]
+    assert files[: len(long)] == long == sorted(long, key=LONG_FILES.index)
+    starts_processes = {item.nodeid.split("::")[0] for item in items if item.get_closest_marker("e2e")}
+    rest = files[len(long) :]
+    assert rest == sorted(rest, key=lambda path: path not in starts_processes)
