@@ -221,30 +221,32 @@ def http_gateway_process(config: Path, *, env: dict[str, str] | None = None) -> 
 
 
 LONG_FILES = (
-    "tests/front/test_oauth_clients.py",
-    "tests/front/test_skills_conformance.py",
     "tests/security/test_downstream_credentials.py",
-    "tests/test_cli.py",
-    "tests/reliability/test_documented_serve.py",
-    "tests/front/test_conformance.py",
-    "tests/downstream/test_child.py",
     "tests/front/test_fast.py",
-    "tests/toolhub/test_strategies.py",
+    "tests/test_cli.py",
     "tests/front/test_fast_flight.py",
     "tests/reliability/test_documented_audit.py",
+    "tests/reliability/test_documented_serve.py",
+    "tests/downstream/test_child.py",
     "tests/security/test_exposure.py",
-    "tests/reliability/test_documented_calls.py",
-    "tests/front/test_attribution.py",
+    "tests/toolhub/test_strategies.py",
+    "tests/reliability/test_documented_serve_exposed.py",
+    "tests/reliability/test_documented_others.py",
+    "tests/front/test_conformance.py",
     "tests/security/test_principals.py",
-    "tests/scaleout/test_replicas.py",
-    "tests/front/test_http_fast.py",
-    "tests/security/test_isolation.py",
+    "tests/front/test_oauth_clients.py",
+    "tests/front/test_skills_conformance.py",
+    "tests/reliability/test_documented_calls.py",
     "tests/reliability/test_faults.py",
-    "tests/front/test_inflight_cap.py",
     "tests/front/test_stdio.py",
+    "tests/scaleout/test_replicas.py",
+    "tests/security/test_isolation.py",
+    "tests/front/test_inflight_cap.py",
+    "tests/front/test_http_fast.py",
+    "tests/front/test_task_extension_conformance.py",
 )
-"""The test files that take the most of one worker's time, longest first (each 50 s or more of
-the whole suite's run at a load of 7 to 8 on 2 cores, 2026-11-27): they start first."""
+"""The test files that take the most of one worker's time, longest first (each 50 s or more of the
+whole suite's run at a load of 7 to 10 on 2 cores, 2026-11-27): they start first."""
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

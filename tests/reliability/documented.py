@@ -143,8 +143,9 @@ def documented() -> list[tuple[str, str]]:
 
 COMMANDS = documented()
 
-GROUPS = ("serve", "audit", "calls", "others")
-"""What a command does: serves until stopped (`toolscore serve`), reports on an audit log
+GROUPS = ("serve", "serve_exposed", "audit", "calls", "others")
+"""What a command does: serves until stopped (`toolscore serve`; on a loopback address, or exposed
+beyond it with a token, Host names or TLS), reports on an audit log
 (`toolscore audit`), starts the configured servers and calls them (`tools`, `check`, `call`), or
 anything else (set-up, client files, pins, the commands that are not run)."""
 
@@ -152,7 +153,8 @@ anything else (set-up, client files, pins, the commands that are not run)."""
 def group(command: str) -> str:
     """The group of a documented command, and so the test file that runs it."""
     if "toolscore serve" in command:
-        return "serve"
+        exposed = any(option in command for option in ("--host 0.0.0.0", "--allow-host", "--token-file"))
+        return "serve_exposed" if exposed else "serve"
     if command.startswith("toolscore audit"):
         return "audit"
     if command.startswith(("toolscore tools", "toolscore check", "toolscore call")):

@@ -22,7 +22,8 @@ def test_the_docs_show_commands_and_the_extraction_sees_them() -> None:
 def test_every_command_is_in_one_group_and_every_group_has_its_test_file() -> None:
     assert sorted(c for name in GROUPS for c in commands_of(name)) == sorted(COMMANDS)
     assert all(commands_of(name) for name in GROUPS)
-    assert group("TOOLSCORE_TOKEN=x toolscore serve --transport http") == "serve"
+    assert group("toolscore serve --transport http --port 8765") == "serve"
+    assert group("TOOLSCORE_TOKEN=x toolscore serve --transport http --allow-host h") == "serve_exposed"
     assert group("toolscore audit tail -n 20 -f") == "audit" and group("toolscore call t") == "calls"
     files = {path.stem for path in Path(__file__).parent.glob("test_documented_*.py")}
     assert {f"test_documented_{name}" for name in GROUPS} <= files

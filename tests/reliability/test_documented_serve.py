@@ -1,4 +1,5 @@
-"""The documented commands that serve until stopped (`toolscore serve`): each answers, then exits 0 on SIGTERM.
+"""The documented commands that serve on stdio or a loopback address until stopped (`toolscore serve`):
+each answers, then exits 0 on SIGTERM. Those that serve beyond it are in test_documented_serve_exposed.py.
 
 tests/reliability/documented.py reads them from the docs and runs them.
 """
