@@ -7,7 +7,6 @@ how long its first answer takes) is the subject.
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +20,8 @@ from tests.conftest import FIXTURE_SERVER, TOOLSCORE, fixture_entry, write_confi
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
 
-INSPECTOR_LIMIT = 15.0
-"""Seconds the MCP Inspector waits for an answer to `initialize` before it gives up."""
+HANG_LIMIT = 300.0
+"""A hang detector: far below the hanging server's connect_timeout, far above a slow start."""
 
 
 def _gateway(path: Path) -> StdioServerParameters:
@@ -34,21 +33,21 @@ def _names(tools: list[mcp_types.Tool]) -> set[str]:
 
 
 async def test_a_server_that_hangs_at_start_does_not_block_initialize(tmp_path: Path) -> None:
-    hang = {"command": "sleep", "args": ["1000"], "connect_timeout": 60}
+    # Before the fix the gateway waited out the hanging server's connect_timeout first. It is an
+    # hour here, so a gateway that waits for it hangs this test until its hang detector fires; how
+    # fast `initialize` is answered (the MCP Inspector gives up after 15 s) is a speed, measured
+    # by benchmarks/cold_start.py, not asserted here, where a busy machine would fail it.
+    hang = {"command": "sleep", "args": ["100000"], "connect_timeout": 3600}
     path = write_config(
         tmp_path,
         {"hang": hang, "fx": fixture_entry(tmp_path)},
-        toolscore={"log_dir": str(tmp_path / "logs"), "audit": {"path": ""}, "connect_timeout": 60},
+        toolscore={"log_dir": str(tmp_path / "logs"), "audit": {"path": ""}, "connect_timeout": 3600},
     )
-    began = time.monotonic()
-    # Before the fix the gateway waited out the hanging server's connect_timeout (60 s) first.
-    with anyio.fail_after(INSPECTOR_LIMIT):
+    with anyio.fail_after(HANG_LIMIT):
         async with Client(_gateway(path), mode="legacy") as client:
-            initialized = time.monotonic() - began
             names = _names((await client.list_tools()).tools)
     assert "fx__echo" in names
     assert not any(name.startswith("hang__") for name in names)
-    assert initialized < INSPECTOR_LIMIT
 
 
 async def test_a_server_up_after_the_grace_joins_with_list_changed(tmp_path: Path) -> None:
