@@ -66,7 +66,8 @@ async def test_three_turn_task_reaches_an_answer_and_replays(tmp_path: Path) -> 
 
 async def test_calls_start_before_the_model_turn_ends(tmp_path: Path) -> None:
     """The first call's closing tag streams in early; the call starts before the last token is sent."""
-    long_tail = "<think>" + "still thinking " * 20 + "</think>"
+    # About 2 s of tokens after the call's closing tag: room for a busy machine to start the call.
+    long_tail = "<think>" + "still thinking " * 100 + "</think>"
     turns = [ECHO.format("early") + long_tail + "<execute_tools />", "<answer>ok</answer>"]
     events: list[tuple[str, float]] = []
     with scripted_model(turns, token_seconds=0.005) as model:
