@@ -23,7 +23,6 @@ from mcp import Client, StdioServerParameters
 from tests.conftest import TOOLSCORE, fixture_entry, wait_for, write_config
 from tests.fixtures.corpus_server import CASES, ENVELOPES
 from tests.front.line_client import (
-    LAUNCHES,
     Launch,
     audit,
     corpus_config,
@@ -32,11 +31,6 @@ from tests.front.line_client import (
 )
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
-
-
-@pytest.fixture(params=sorted(LAUNCHES))
-def launch(request: pytest.FixtureRequest) -> Launch:
-    return LAUNCHES[request.param]
 
 
 async def test_every_corpus_result_reaches_the_client_byte_for_byte(tmp_path: Path, launch: Launch) -> None:

@@ -21,7 +21,6 @@ from hypothesis import strategies as st
 from tests.conftest import FIXTURE_SERVER, write_config
 from tests.fixtures.corpus_server import CASES
 from tests.front.line_client import (
-    LAUNCHES,
     Launch,
     appears,
     audit,
@@ -31,11 +30,6 @@ from tests.front.line_client import (
 )
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
-
-
-@pytest.fixture(params=sorted(LAUNCHES))
-def launch(request: pytest.FixtureRequest) -> Launch:
-    return LAUNCHES[request.param]
 
 
 async def test_a_cancelled_call_gets_no_answer_and_is_cancelled_downstream(tmp_path: Path, launch: Launch) -> None:

@@ -23,17 +23,13 @@ import pytest
 from tests.conftest import FIXTURES, wait_for, write_config
 from tests.fixtures.corpus_server import CASES
 from tests.front.test_http_fast import JSON, SSE, events, front
+from tests.front.test_mcp_headers import _ENVELOPE as ENVELOPE
 from toolscore.front import http_modern
 from toolscore.front.http_modern import ModernCalls
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
 
 MODERN = "2026-07-28"
-ENVELOPE = {
-    "io.modelcontextprotocol/protocolVersion": MODERN,
-    "io.modelcontextprotocol/clientCapabilities": {},
-    "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "1"},
-}
 
 
 @pytest.fixture(scope="module")
