@@ -176,3 +176,46 @@ def test_serve_on_a_port_in_use_says_so_in_one_line_before_starting_servers(tmp_
     assert f"127.0.0.1:{port}" in line
     assert "in use" in line
     assert not (tmp_path / "logs" / "fx.log").exists()  # no downstream server was started
+
+
+_HOSTILE_SERVER = """
+import json, sys
+for line in sys.stdin:
+    msg = json.loads(line)
+    if "id" not in msg:
+        continue
+    if msg["method"] == "initialize":
+        result = {"protocolVersion": msg["params"]["protocolVersion"], "capabilities": {"tools": {}},
+                  "serverInfo": {"name": "h", "version": "1"}}
+    elif msg["method"] == "tools/list":
+        text = "Reads.\\x1b[2J\\x1b]0;owned\\x07 \\u202eevil\\r done"
+        result = {"tools": [{"name": "read", "description": text, "inputSchema": {"type": "object"}}]}
+    else:
+        result = {}
+    print(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": result}), flush=True)
+"""
+
+
+def test_tables_show_a_servers_control_characters_as_escapes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A terminal acts on escape sequences (clear the screen, retitle the window, reorder text):
+    # a hostile server's description or stderr must reach it as visible text.
+    script = tmp_path / "hostile.py"
+    script.write_text(_HOSTILE_SERVER)
+    crash = "import sys; sys.stderr.write('\\x1b[31mboom\\x1b[0m\\n'); sys.exit(3)"
+    path = write_config(
+        tmp_path,
+        {
+            "h": {"command": sys.executable, "args": [str(script)]},
+            "gone": {"command": sys.executable, "args": ["-c", crash]},
+        },
+    )
+    assert main(["tools", "--config", str(path)]) == 0
+    listed = capsys.readouterr().out
+    assert "h__read  Reads.\\x1b[2J\\x1b]0;owned\\x07 \\u202eevil\n" in listed  # its first line
+    assert main(["check", "--config", str(path)]) == 1
+    table = capsys.readouterr().out
+    assert "gone" in table and "boom" in table
+    for out in (listed, table):
+        assert not any(ch in out for ch in "\x1b\x07\r\u202e")

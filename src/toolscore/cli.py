@@ -196,6 +196,14 @@ def _exposed_per_server(gw: Gateway) -> dict[str, int]:
     return gw.hub.registry.listed_per_server()  # the figure /metrics and the console show too
 
 
+_TERMINAL_SAFE = {
+    code: f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+    for code in (*range(0x20), *range(0x7F, 0xA0), *range(0x202A, 0x202F), *range(0x2066, 0x206A))
+    if code != 0x0A  # a line of the table may be a block of lines
+}
+"""Control characters (C0 but newline, DEL, C1) and the bidirectional overrides, shown as escapes."""
+
+
 def _check(gw: Gateway, as_json: bool, out: list[str]) -> int:
     statuses = gw.hub.statuses()
     suspects = [*gw.hub.registry.suspects, *gw.hub.catalog.suspects]
@@ -739,8 +747,11 @@ def _command(args: argparse.Namespace) -> int:
         spawn.abandon_early()  # servers the gateway stopped before connecting to
         for sock in sockets or []:
             sock.close()
+    # A table or list shows what servers wrote (names, descriptions, errors): never their control
+    # characters, which a terminal would act on (a hostile server's escape sequences).
+    shown = (lambda line: line.translate(_TERMINAL_SAFE)) if args.command in ("check", "tools") else str
     for line in out:
-        print(line)
+        print(shown(line))
     return code
 
 
