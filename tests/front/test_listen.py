@@ -12,6 +12,7 @@ from __future__ import annotations
 import sys
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -173,3 +174,25 @@ async def wait_for_text(client: Client, tool: str, text: str) -> None:
     with anyio.fail_after(60):
         while not await answered():  # noqa: ASYNC110 - the unsubscription is made in another process
             await anyio.sleep(0.05)
+
+
+async def test_a_uri_of_a_server_added_later_is_subscribed_once_it_is_listed(tmp_path: Path) -> None:
+    # The stream names `c`'s URI before any server `c` exists; a reload adds `c`, and the stream's
+    # URI is subscribed there, so its updates reach the stream.
+    late = f"toolscore://c/{WATCHED}"
+    events: list[ServerEvent] = []
+    async with (
+        running_gateway(make_config({"a": entry()}), tmp_path) as (gateway, _),
+        Client(gateway.server) as client,
+        anyio.create_task_group() as group,
+    ):
+        async with client.listen(resource_subscriptions=[late]) as subscription:
+            group.start_soon(collect, subscription, events)
+            await gateway.hub.apply(make_config({"a": entry(), "c": entry()}), hide=None)
+            await gateway.hub.wait_started()
+            await wait_for_text(client, "c__test_touch_resource", f"updated {WATCHED}")
+            await wait_for(lambda: len(events) >= 1)
+            assert set(events) == {ResourceUpdated(uri=late)}
+        group.cancel_scope.cancel()
+        # The stream is closed: `c` is unsubscribed as it winds down.
+        await wait_for_text(client, "c__test_touch_resource", f"not subscribed: {WATCHED}")

@@ -16,7 +16,7 @@ the listen streams; `list_changed` goes to every handshake-era connection and to
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from functools import partial
 from typing import Any
 
@@ -147,6 +147,12 @@ class CatalogHandlers:
         server.add_request_handler("completion/complete", mcp_types.CompleteRequestParams, self.complete)
         self._hub.add_update_listener(self.updated)
         self._hub.add_catalog_listener(self.changed)
+
+    def on_catalog_change(self, listener: Callable[[frozenset[str]], Awaitable[None]]) -> None:
+        """Call `listener(kinds)` whenever the exposed resources or prompts change (a server came
+        up or went, listed something new); it runs inside the hub's rebuild, so it must not wait
+        on a server."""
+        self._hub.add_catalog_listener(listener)
 
     def _owner(self, uri: str) -> tuple[str, str]:
         found = self._hub.catalog.route_uri(uri)
