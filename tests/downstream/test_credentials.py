@@ -420,6 +420,45 @@ async def test_bearer_auth_renews_and_sends_the_held_token_while_it_lasts_if_ren
     assert seen[0] != seen[1] and seen[1] == seen[2] and len(seen) == 3
 
 
+async def test_a_token_the_server_refuses_before_it_expires_is_exchanged_again_and_the_request_resent() -> None:
+    endpoint = Endpoint()
+    exchange = _exchange(endpoint, _subjects(alice="t"), Clock())
+    seen: list[tuple[str | None, bytes]] = []
+    revoked: set[str] = set()
+
+    def downstream(request: httpx2.Request) -> httpx2.Response:
+        token = request.headers.get("authorization")
+        seen.append((token, request.content))
+        if not seen[1:]:
+            revoked.add(str(token))  # the server revokes the first token it sees
+        return httpx2.Response(401 if token in revoked else 200, json={})
+
+    async with httpx2.AsyncClient(
+        transport=httpx2.MockTransport(downstream), auth=BearerAuth(exchange, "alice")
+    ) as http:
+        answer = await http.post("https://web.test/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "ping"})
+        assert answer.status_code == 200
+        again = await http.post("https://web.test/mcp", json={})  # the new token, kept
+    assert len(endpoint.requests) == 2 and again.status_code == 200
+    (first, body), (second, resent), (third, _) = seen
+    assert first != second == third and body == resent and b'"ping"' in body
+
+
+async def test_a_configured_secret_the_server_refuses_is_not_sent_again() -> None:
+    seen: list[str | None] = []
+
+    def downstream(request: httpx2.Request) -> httpx2.Response:
+        seen.append(request.headers.get("authorization"))
+        return httpx2.Response(401, json={})
+
+    credential = PerPrincipal("web", {"alice": "alice-secret"}, "credentials.per_principal")
+    async with httpx2.AsyncClient(
+        transport=httpx2.MockTransport(downstream), auth=BearerAuth(credential, "alice")
+    ) as http:
+        assert (await http.post("https://web.test/mcp", json={})).status_code == 401
+    assert seen == ["Bearer alice-secret"]
+
+
 # --- the hub: one connection per principal, refusals before anything is sent ---------------------
 
 

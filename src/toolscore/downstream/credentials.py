@@ -86,6 +86,11 @@ class Credential(Protocol):
         """The principal's secret as last obtained, while it has not expired (None: none held)."""
         ...
 
+    def refused(self, principal: str, secret: str) -> bool:
+        """The server answered 401 to `secret`: forget it if it can be obtained anew (a revoked or
+        rotated token); whether `bearer` may now give another."""
+        ...
+
 
 def _no_principal(server: str) -> Rejected:
     return Rejected(
@@ -121,6 +126,9 @@ class PerPrincipal:
 
     def held(self, principal: str) -> str | None:
         return self._secrets.get(principal)
+
+    def refused(self, principal: str, secret: str) -> bool:
+        return False  # a configured secret: asking again gives the same one
 
 
 class SubjectTokens:
@@ -209,6 +217,12 @@ class TokenExchange:
     def held(self, principal: str) -> str | None:
         issued = self._issued.get(principal)
         return issued.token if issued is not None and self._clock() < issued.expires_at else None
+
+    def refused(self, principal: str, secret: str) -> bool:
+        issued = self._issued.get(principal)
+        if issued is not None and issued.token == secret:
+            del self._issued[principal]  # revoked before its time: the next call exchanges again
+        return True
 
     async def bearer(self, principal: str | None) -> str:
         if principal is None:
@@ -338,7 +352,11 @@ class BearerAuth(httpx2.Auth):
 
     A token due for renewal is exchanged again here too (a connection's own requests, between
     calls); where that fails, the token still held is sent while it lasts, and the server decides.
+    A request the server answers 401 (the token was revoked or rotated before it expired) is sent
+    once more with a token obtained anew, where the credential can give one; else the 401 stands.
     """
+
+    requires_request_body = True  # a request refused with 401 is sent again, body and all
 
     def __init__(self, credential: Credential, principal: str) -> None:
         self._credential = credential
@@ -362,6 +380,22 @@ class BearerAuth(httpx2.Auth):
             )
             secret = held
         request.headers["Authorization"] = f"Bearer {secret}"
+        response = yield request
+        if response.status_code != 401 or not self._credential.refused(self._principal, secret):
+            return
+        try:
+            renewed = await self._credential.bearer(self._principal)
+        except ToolscoreError as exc:
+            log.info(
+                "downstream credential refused and not renewed",
+                server=self._credential.server,
+                principal=self._principal,
+                reason=str(exc),
+            )
+            return  # the server's 401 stands
+        if renewed == secret:
+            return
+        request.headers["Authorization"] = f"Bearer {renewed}"
         yield request
 
     def sync_auth_flow(self, request: httpx2.Request) -> Any:  # pragma: no cover - connections are async
