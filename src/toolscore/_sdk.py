@@ -8,6 +8,7 @@ toolscore touches a private SDK name.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -303,14 +304,11 @@ def modern_request_context(
     as the SDK's single-exchange entry and its runner build one: a born-ready connection from the
     request's envelope, no back-channel, and nothing to stream (the request asked for no progress
     and no logs, so the entry's notification sink stays empty)."""
-    from mcp.server._streamable_http_modern import _SingleExchangeDispatchContext
-    from mcp.shared.message import ServerMessageMetadata
-    from mcp.shared.transport_context import TransportContext
-
-    dispatch = _SingleExchangeDispatchContext(
-        transport=TransportContext(kind="streamable-http", can_send_request=False, headers=request.headers),
+    dispatch_context, metadata, transport = _modern_entry()
+    dispatch = dispatch_context(
+        transport=transport(kind="streamable-http", can_send_request=False, headers=request.headers),
         request_id=request_id,
-        message_metadata=ServerMessageMetadata(request_context=request),
+        message_metadata=metadata(request_context=request),
     )
     connection = Connection.from_envelope(version, client_info, client_capabilities)
     return ServerRequestContext(
@@ -323,6 +321,17 @@ def modern_request_context(
         meta=meta,
         request=request,
     )
+
+
+@functools.cache
+def _modern_entry() -> tuple[Any, Any, Any]:
+    """The SDK's single-exchange dispatch context, message metadata and transport context: looked
+    up on the first 2026-07-28 HTTP call, so a stdio gateway never imports the HTTP entry."""
+    from mcp.server._streamable_http_modern import _SingleExchangeDispatchContext
+    from mcp.shared.message import ServerMessageMetadata
+    from mcp.shared.transport_context import TransportContext
+
+    return _SingleExchangeDispatchContext, ServerMessageMetadata, TransportContext
 
 
 def lifespan_state(manager: StreamableHTTPSessionManager) -> Any:

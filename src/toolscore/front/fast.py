@@ -53,7 +53,19 @@ if TYPE_CHECKING:
 
     from toolscore.front.express import ClientOut, ExpressLane
 
-__all__ = ["FastCalls", "HotCall", "Job", "answer", "cancelled_id", "decode_call", "encode_answer", "internal_error"]
+__all__ = [
+    "FastCalls",
+    "HotCall",
+    "Job",
+    "answer",
+    "cancelled_id",
+    "decode_call",
+    "encode_answer",
+    "error_response",
+    "internal_error",
+    "response",
+    "shaped",
+]
 
 log = structlog.get_logger("toolscore.fast")
 
@@ -110,12 +122,14 @@ class Job:
     params: _Params
 
 
-def _response(request_id: int | str, result: bytes, end: bytes) -> bytes:
+def response(request_id: int | str, result: bytes, end: bytes = b"") -> bytes:
+    """The JSON-RPC response to `request_id` with `result` (JSON bytes) spliced in, then `end`."""
     # One copy of a large result, where a chain of `+` would copy it once per operand.
     return b"".join((b'{"jsonrpc":"2.0","id":', _encode(request_id), b',"result":', result, b"}", end))
 
 
-def _error_response(request_id: int | str, error: mcp_types.ErrorData, end: bytes) -> bytes:
+def error_response(request_id: int | str, error: mcp_types.ErrorData, end: bytes = b"") -> bytes:
+    """The JSON-RPC error response to `request_id`, then `end`."""
     body = error.model_dump_json(by_alias=True, exclude_none=True).encode()
     return b'{"jsonrpc":"2.0","id":' + _encode(request_id) + b',"error":' + body + b"}" + end
 
@@ -207,16 +221,16 @@ def encode_answer(
     if isinstance(outcome, CallOutcome):
         error = outcome.error
         if isinstance(error, DownstreamProtocolError) and (for_client := error.for_the_client) is not None:
-            return _error_response(request_id, for_client, end)  # for the client to act on, as on the SDK path
+            return error_response(request_id, for_client, end)  # for the client to act on, as on the SDK path
         if outcome.raw is not None:
-            return _response(request_id, outcome.raw.data, end)
+            return response(request_id, outcome.raw.data, end)
         outcome = outcome.result
     try:
-        return _response(request_id, _dump(outcome, version), end)
+        return response(request_id, _encode(shaped(outcome, version)), end)
     except ValidationError:  # as the SDK's runner answers a result its version's surface refuses
         log.exception("invalid result", tool=tool)
         invalid = mcp_types.ErrorData(code=mcp_types.INTERNAL_ERROR, message="Handler returned an invalid result")
-        return _error_response(request_id, invalid, end)
+        return error_response(request_id, invalid, end)
 
 
 class FastCalls:
@@ -346,7 +360,7 @@ class FastCalls:
             log.debug("answer not delivered: the client is gone", id=job.id)
 
 
-def _dump(result: mcp_types.CallToolResult | mcp_types.InputRequiredResult, version: str) -> bytes:
+def shaped(result: mcp_types.CallToolResult | mcp_types.InputRequiredResult, version: str) -> dict[str, Any]:
     """A result model as the SDK's runner writes it for `version`: dumped, then shaped by that
     version's surface (which drops what the version does not have, `resultType` before 2026);
     text no encoder takes (a lone surrogate) replaced.
@@ -355,4 +369,4 @@ def _dump(result: mcp_types.CallToolResult | mcp_types.InputRequiredResult, vers
         ValidationError: the version's surface refuses the result.
     """
     dumped = scrub_unpaired_surrogates(result).model_dump(by_alias=True, mode="json", exclude_none=True)
-    return _encode(serialize_server_result("tools/call", version, dumped))
+    return serialize_server_result("tools/call", version, dumped)

@@ -32,6 +32,7 @@ closing the stream is how a client cancels.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -41,7 +42,6 @@ import structlog
 from mcp.server import ServerRequestContext
 from mcp.server.runner import modern_error_data
 from mcp.server.streamable_http import check_accept_headers
-from mcp.shared.exceptions import MCPError
 from mcp.shared.inbound import (
     ERROR_CODE_HTTP_STATUS,
     MCP_PARAM_HEADER_PREFIX,
@@ -50,13 +50,13 @@ from mcp.shared.inbound import (
     find_duplicated_routing_header,
     validate_mcp_param_headers,
 )
-from mcp_types.methods import serialize_server_result, validate_client_request
+from mcp_types.methods import validate_client_request
 from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
-from toolscore._json import scrub_unpaired_surrogates
 from toolscore._sdk import modern_request_context
+from toolscore.front.fast import error_response, response, shaped
 
 __all__ = ["PING_SECONDS", "ModernCall", "ModernCalls"]
 
@@ -108,18 +108,13 @@ _decode = msgspec.json.Decoder(_Request).decode
 _encode = msgspec.json.Encoder().encode
 
 
+@dataclass(frozen=True, slots=True)
 class ModernCall:
-    """One 2026-07-28 `tools/call` taken by the hot path: its context, params and version."""
+    """One 2026-07-28 `tools/call` taken by the hot path: its context (its version among it) and params."""
 
-    __slots__ = ("ctx", "params", "request_id", "version")
-
-    def __init__(
-        self, ctx: ServerRequestContext[Any], params: mcp_types.CallToolRequestParams, request_id: int | str
-    ) -> None:
-        self.ctx = ctx
-        self.params = params
-        self.request_id = request_id
-        self.version = ctx.protocol_version
+    ctx: ServerRequestContext[Any]
+    params: mcp_types.CallToolRequestParams
+    request_id: int | str
 
 
 class ModernCalls:
@@ -131,14 +126,14 @@ class ModernCalls:
         handle: Handle,
         serves: Callable[[str], bool],
         input_schema: Callable[[str], dict[str, Any] | None],
-        server_info: Callable[[], dict[str, Any]],
+        server_info: dict[str, Any],
         lifespan_state: Callable[[], Any],
     ) -> None:
         """Args:
         handle: The front's `tools/call` handler.
         serves: Whether this path takes a call of a tool (a downstream tool's).
         input_schema: A tool's input schema (`Server.get_tool_input_schema`), for `Mcp-Param-*` headers.
-        server_info: The server's `serverInfo` stamp (read, never changed).
+        server_info: The server's `serverInfo` stamp (fixed at its construction; read, never changed).
         lifespan_state: The server's lifespan state, as the SDK hands it to each request.
         """
         self._handle = handle
@@ -224,28 +219,24 @@ class ModernCalls:
         async with anyio.create_task_group() as tg:
 
             async def watch() -> None:
-                # The only reader of `receive` from here on (the body was read).
+                # The only reader of `receive` from here on (the body was read). It returns once the
+                # client is gone: it disconnected, or a ping could not be written.
                 nonlocal gone, streaming
-                while True:
-                    with anyio.move_on_after(PING_SECONDS):
-                        try:
+                try:
+                    while True:
+                        with anyio.move_on_after(PING_SECONDS):
                             while (await receive())["type"] != "http.disconnect":
                                 pass
-                        except OSError:
-                            pass
-                        gone = True
-                        tg.cancel_scope.cancel()
-                        return
-                    try:
+                            break
                         with anyio.CancelScope(shield=True):  # a frame is written whole
                             if not streaming:
                                 streaming = True
                                 await send(_SSE_START)
                             await send(_PING)
-                    except OSError:
-                        gone = True
-                        tg.cancel_scope.cancel()
-                        return
+                except OSError:
+                    pass
+                gone = True
+                tg.cancel_scope.cancel()
 
             tg.start_soon(watch)
             status, answer = await self._answer(call)
@@ -270,32 +261,24 @@ class ModernCalls:
         """The call's HTTP status and JSON-RPC answer, as the SDK's entry and runner write them."""
         try:
             result = await self._handle(call.ctx, call.params)
-            body = self._dump(result, call.version, call.params.name)
+            body = self._stamped(shaped(result, call.ctx.protocol_version))
+        except ValidationError:  # the version's surface refuses the result: the runner's internal error
+            log.exception("invalid result", tool=call.params.name)
+            error = mcp_types.ErrorData(code=mcp_types.INTERNAL_ERROR, message="Handler returned an invalid result")
         except Exception as exc:  # as the SDK's entry maps a handler's exception (`MCPError` and the rest)
             error = modern_error_data(exc)
-            data = error.model_dump(by_alias=True, mode="json", exclude_none=True)
-            envelope = {"jsonrpc": "2.0", "id": call.request_id, "error": data}
-            return ERROR_CODE_HTTP_STATUS.get(error.code, 200), _encode(envelope)
-        return 200, b"".join((b'{"jsonrpc":"2.0","id":', _encode(call.request_id), b',"result":', body, b"}"))
+        else:
+            return 200, response(call.request_id, body)
+        return ERROR_CODE_HTTP_STATUS.get(error.code, 200), error_response(call.request_id, error)
 
-    def _dump(self, result: mcp_types.CallToolResult | mcp_types.InputRequiredResult, version: str, tool: str) -> bytes:
-        """The result for `version` (the runner's shaping: the version's surface, `resultType`, the
-        `serverInfo` stamp a result does not carry already).
-
-        Raises:
-            MCPError: the version's surface refuses the result (an internal error, as the SDK says).
-        """
-        dumped = scrub_unpaired_surrogates(result).model_dump(by_alias=True, mode="json", exclude_none=True)
-        try:
-            dumped = serialize_server_result("tools/call", version, dumped)
-        except ValidationError:
-            log.exception("invalid result", tool=tool)
-            raise MCPError(code=mcp_types.INTERNAL_ERROR, message="Handler returned an invalid result") from None
+    def _stamped(self, dumped: dict[str, Any]) -> bytes:
+        """A shaped result with what the runner adds in this era: `resultType`, and the `serverInfo`
+        stamp where the result does not carry one already."""
         if dumped.get("resultType") is None:
             dumped["resultType"] = "complete"
         meta = dumped.get("_meta")
         if meta is None:
-            dumped["_meta"] = {mcp_types.SERVER_INFO_META_KEY: self._server_info()}
+            dumped["_meta"] = {mcp_types.SERVER_INFO_META_KEY: self._server_info}
         elif isinstance(meta, dict) and meta.get(mcp_types.SERVER_INFO_META_KEY) is None:
-            dumped["_meta"] = {**meta, mcp_types.SERVER_INFO_META_KEY: self._server_info()}
+            dumped["_meta"] = {**meta, mcp_types.SERVER_INFO_META_KEY: self._server_info}
         return _encode(dumped)

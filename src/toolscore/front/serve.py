@@ -168,13 +168,12 @@ def http_app(
     )
     if server.fast is not None:
         fast, handlers, manager = server.fast, server.tool_handlers, server.session_manager
-        stamp = server.server_info_stamp  # fixed at construction; encoded with each answer, never changed
         modern = ModernCalls(
             handle=handlers.call_tool,
             # A plan of a 2026-07-28 client may be an extension task (`front.tasks`): the SDK's path.
             serves=lambda name: name != ORCHESTRATE and fast.serves(name),
             input_schema=handlers.input_schema,
-            server_info=lambda: stamp,
+            server_info=server.server_info_stamp,
             lifespan_state=lambda: lifespan_state(manager),
         )
         server.http_calls = HttpCalls(
