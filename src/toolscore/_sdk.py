@@ -27,7 +27,6 @@ from mcp.shared.message import SessionMessage
 
 if TYPE_CHECKING:
     from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
-    from mcp import Client
     from mcp.server.streamable_http import EventMessage, StreamableHTTPServerTransport
     from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
@@ -81,16 +80,25 @@ async def send_raw_request(client: HasSession, method: str, params: Mapping[str,
 
 
 async def send_session_raw_request(
-    session: ClientSession, method: str, params: Mapping[str, Any] | None
+    session: ClientSession, method: str, params: Mapping[str, Any] | None, progress: ProgressFnT | None = None
 ) -> dict[str, Any]:
-    """`send_raw_request` on a client session: also for results the SDK has no model of (tasks)."""
+    """`send_raw_request` on a client session: also for results the SDK has no model of (tasks).
+
+    Stamped as the session stamps its own requests: the version header, and on a 2026-07-28
+    connection the era's `_meta` envelope, without which the server refuses the request.
+    """
+    data: dict[str, Any] = {"method": method, "params": dict(params) if params else {}}
+    opts: CallOptions = {}
+    session._stamp(data, opts)  # pyright: ignore[reportPrivateUsage] - see `send_as_client`
+    if progress is not None:
+        opts["on_progress"] = progress
     dispatcher = session._dispatcher  # pyright: ignore[reportPrivateUsage] - see above
-    raw: dict[str, Any] = await dispatcher.send_raw_request(method, dict(params) if params else None, {})
+    raw: dict[str, Any] = await dispatcher.send_raw_request(method, data["params"] or None, opts)
     return raw
 
 
 async def send_as_client(
-    client: Client,
+    client: HasSession,
     method: str,
     params: dict[str, Any],
     *,

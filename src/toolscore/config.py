@@ -506,12 +506,14 @@ class ServerConfig(BaseModel):
     """A sampling request of this server during a client's request: forwarded to that client, refused
     (the server gets an error), or forwarded once the user agrees (elicitation; refused if the client
     cannot ask)."""
-    era: Literal["auto", "handshake"] | None = None
+    era: Literal["auto", "handshake", "2026-07-28"] | None = None
     """`auto`: a 2026-07-28 client's calls go to the server in that era where it offers it, on a
     second connection (a second process, for stdio) opened at the first such call; `handshake`:
-    every client's calls share the one handshake-era connection (docs/servers.md). Default: `auto`
-    for a server reached by URL, `handshake` for a stdio server, whose second process would hold a
-    state of its own."""
+    every client's calls share the one handshake-era connection; `2026-07-28`: one connection in
+    that era for every client, the server's questions to a handshake-era client asked by
+    back-channel (docs/servers.md). Default: `auto` for a server reached by URL, `handshake` for a
+    stdio server, whose second process would hold a state of its own; a server that speaks only
+    2026-07-28 (it refuses `initialize`) gets one connection in that era unless this says `handshake`."""
     backoff_reset_seconds: float = Field(default=10.0, gt=0)
     """Uptime after which a crash counts as a fresh failure: the restart delay (0.5 s, doubling to
     10 s while the server keeps failing) starts over at 0.5 s."""

@@ -48,13 +48,14 @@ from toolscore._sdk import (
 from toolscore._version import __version__
 from toolscore.config import ServerConfig
 from toolscore.downstream import spawn
+from toolscore.downstream.asking import answered
 from toolscore.downstream.backchannel import Peer, attribute, no_peer_error, unattributable_error
 from toolscore.downstream.breaker import Breaker, BreakerState
 from toolscore.downstream.bridge import ANSWER_SECONDS, Bridge
 from toolscore.downstream.caching import ListHint, hint_of
 from toolscore.downstream.catalog import ServerLists
 from toolscore.downstream.handshake import HandshakeClient
-from toolscore.downstream.modern import ModernLink, RelayedError
+from toolscore.downstream.modern import ModernLink, RelayedError, listen_for_changes
 from toolscore.downstream.raw import ConnectionLost, RawChannel, RawResult, Sent
 from toolscore.downstream.transports import Transport
 from toolscore.errors import DownstreamProtocolError, DownstreamUnavailable, InputRequired
@@ -78,6 +79,11 @@ _LIST_CHANGES = (
 )
 _RELAYED_METHODS = frozenset({"prompts/get"})
 """Requests other than `tools/call` that a 2026-07-28 client's input-required rounds may answer."""
+_HELD_METHODS = frozenset({"logging/setLevel", "resources/subscribe", "resources/unsubscribe"})
+"""Handshake-era requests a 2026-07-28 main connection carries otherwise (`Downstream.request`)."""
+_ASKING_METHODS = frozenset({"prompts/get", "resources/read"})
+"""Requests other than `tools/call` that a server on a 2026-07-28 connection may answer with an
+input-required result (SEP-2322)."""
 _ResultT = TypeVar("_ResultT", bound=BaseModel)
 Streams = tuple[ReadStream[SessionMessage | Exception], WriteStream[SessionMessage]]
 ResourceUpdatedFn = Callable[[str, str], Awaitable[None]]
@@ -279,6 +285,8 @@ class Downstream:
         self.subscriptions: set[str] = set()
         """Resource URIs (the server's own) subscribed to; renewed on every reconnection."""
         self.log_level: mcp_types.LoggingLevel | None = None
+        self._resubscribe = anyio.Event()
+        """Set when `subscriptions` changed, for a 2026-07-28 main connection's listen stream."""
         """The level last asked of the server with `logging/setLevel`; renewed on reconnection."""
         self.on_resource_updated: ResourceUpdatedFn | None = None
         self._peers: list[Peer] = []
@@ -440,6 +448,10 @@ class Downstream:
     ) -> mcp_types.CallToolResult:
         """`tools/call` on the main connection, its result as the SDK's model."""
         async with self._call_exchange(tool, scope) as session:
+            if self._main_modern:  # input-required rounds asked of the caller by back-channel
+                what = f"the call to '{tool}'"
+                raw = await self._asked(session, "tools/call", {"name": tool, "arguments": arguments}, scope, progress)
+                return self._without_stamp(self._parse(raw, mcp_types.CallToolResult, what))
             channel = self._raw_channel()  # the connection's, once `_call_exchange` has one
             if channel is not None:  # stdio: the gateway's own request line, one decoding of the answer
                 answer = await channel.call(tool, arguments, progress=progress)
@@ -518,10 +530,17 @@ class Downstream:
             DownstreamUnavailable: not connected, or the connection broke during the request.
         """
         front = scope.front
-        link, task_group = self._modern, self._task_group
-        if front is None or link is None or task_group is None:
+        if front is None:
             return None
-        client = await link.client(task_group)
+        client: HasSession | None
+        link: ModernLink | None = None
+        if self._main_modern:  # the one connection is in that era: the request goes on it as it is
+            client = self._client
+        else:
+            link, task_group = self._modern, self._task_group
+            if link is None or task_group is None:
+                return None
+            client = await link.client(task_group)
         if client is None:
             return None
         async with self._exchange(what, scope):  # availability, breaker, and the peer for log messages
@@ -537,8 +556,12 @@ class Downstream:
             except MCPError as exc:
                 if not _connection_lost(exc, client, None):
                     raise RelayedError.answered(self.name, what, exc.error) from None
+                if link is None:
+                    raise  # the main connection: `_exchange` restarts it
                 link.lost(client)
             except (httpx2.TransportError, *_LOST_ERRORS):
+                if link is None:
+                    raise
                 link.lost(client)
         raise DownstreamUnavailable(
             f"Server '{self.name}' closed its 2026-07-28 connection during {what}; the call may or may not "
@@ -603,7 +626,9 @@ class Downstream:
     def _raw_channel(self) -> RawChannel | None:
         """The gateway's own channel for `tools/call` (stdio), unless tracing is on: the SDK's client
         span carries the trace to the server in the request's `_meta`."""
-        return self.transport.raw if tracing.tracer is None else None
+        if tracing.tracer is not None or self._main_modern:  # its lines are handshake-era requests
+            return None
+        return self.transport.raw
 
     @property
     def protocol_version(self) -> str | None:
@@ -656,7 +681,12 @@ class Downstream:
             MCPError: the server answered with an error.
             DownstreamProtocolError: the server sent a malformed result.
         """
-        if request.method in _RELAYED_METHODS:
+        if request.method in _HELD_METHODS and self._main_modern:
+            # The era has no such request: the level goes with each request (`_asked`), the
+            # subscriptions on the listen stream, which is opened anew with the caller's change.
+            self._resubscribe.set()
+            return mcp_types.EmptyResult()
+        if request.method in _RELAYED_METHODS or (request.method in _ASKING_METHODS and self._main_modern):
             params = request.params.model_dump(by_alias=True, mode="json", exclude_none=True)
             try:
                 raw = await self._relay(request.method, params, what, scope)
@@ -686,7 +716,42 @@ class Downstream:
         self, request: Any, result_type: type[Any], what: str, scope: CallScope, gated: bool
     ) -> Any:
         async with self._exchange(what, scope, gated=gated) as session:
+            if request.method in _ASKING_METHODS and self._main_modern:
+                params = request.params.model_dump(by_alias=True, mode="json", exclude_none=True)
+                return self._parse(await self._asked(session, request.method, params, scope, None), result_type, what)
             return await session.send_request(request, result_type)
+
+    async def _asked(
+        self,
+        session: ClientSession,
+        method: str,
+        params: dict[str, Any],
+        scope: CallScope,
+        progress: ProgressFn | None,
+    ) -> dict[str, Any]:
+        """`method` sent on the 2026-07-28 main connection for a client with a back-channel (or none):
+        its raw result, every input-required round answered by `scope`'s client (`downstream.asking`)."""
+
+        if self.log_level is not None:  # what clients asked by `logging/setLevel`, this era's way
+            params = {**params, "_meta": {**params.get("_meta", {}), mcp_types.LOG_LEVEL_META_KEY: self.log_level}}
+
+        async def send(responses: dict[str, Any] | None, state: str | None) -> dict[str, Any]:
+            again = dict(params)
+            if responses is not None:
+                again["inputResponses"] = responses
+            if state is not None:
+                again["requestState"] = state
+            return await send_session_raw_request(session, method, again, progress)
+
+        first = await send_session_raw_request(session, method, params, progress)
+        return await answered(first, peer=scope.peer, server=self.name, send=send)
+
+    @property
+    def _main_modern(self) -> bool:
+        """Whether the main connection is in the 2026-07-28 era (the server speaks only it, or its
+        entry asks for it): no second connection, no bridge, no raw channel."""
+        client = self._client
+        return client is not None and client.modern
 
     async def request_raw(
         self, method: str, params: dict[str, Any] | None, what: str, *, scope: CallScope
@@ -700,7 +765,7 @@ class Downstream:
         """Tell the server the client of `peer` changed its roots; a `roots/list` the server sends
         back within `window` seconds goes to that client (outside any call of it)."""
         client = self._client
-        if client is None:
+        if client is None or client.modern:  # the era has no client-to-server notifications
             return
         self._roots_peer = peer
         try:
@@ -720,9 +785,12 @@ class Downstream:
             return None
         with anyio.move_on_after(self.config.ping_timeout):
             try:
-                # The session's ping: `Client.send_ping` sends the same request, and also warns on
-                # the gateway's stderr that 2026-07-28 removed the method.
-                await client.session.send_ping()
+                if client.modern:  # 2026-07-28 removed `ping`; `server/discover` is always answered
+                    await client.session.send_discover(client.protocol_version)
+                else:
+                    # The session's ping: `Client.send_ping` sends the same request, and also warns
+                    # on the gateway's stderr that 2026-07-28 removed the method.
+                    await client.session.send_ping()
             except MCPError as exc:  # an error answer is an answer, unless the connection closed
                 if _connection_lost(exc, client, self._lost):
                     self._lost.set()
@@ -815,6 +883,8 @@ class Downstream:
                 client = await stack.enter_async_context(
                     HandshakeClient(
                         _watched(self.transport.connect(), lost),
+                        era=self.config.era if self.config.era != "auto" else None,
+                        server=self.label,
                         client_info=_CLIENT_INFO,
                         message_handler=self._on_message,
                         # Setting these is what declares sampling and elicitation to the server.
@@ -827,6 +897,8 @@ class Downstream:
                 self.capabilities = client.server_capabilities
                 if (channel := self.transport.raw) is not None:
                     channel.on_log = self._on_log  # in line order with the answers it reads itself
+                if client.modern and self.transport.kind != "stdio":
+                    await self._learn_headers(client)
                 self.tools = await self._list_tools(client)
                 self.lists = await self._list_others(client)
                 await self._renew(client)
@@ -876,7 +948,9 @@ class Downstream:
             self._serving.set()
             # One process holds one state: a stdio server gets a second only when its entry asks.
             era = self.config.era or ("handshake" if self.transport.kind == "stdio" else "auto")
-            if era != "handshake" and self.transport.kind != "sse":
+            if client.modern:  # one connection, in the era both kinds of client are served in
+                tg.start_soon(self._listen, client)
+            elif era != "handshake" and self.transport.kind != "sse":
                 self._modern = ModernLink(
                     self.label,
                     self._connect_another,
@@ -900,6 +974,31 @@ class Downstream:
                 self._serving = anyio.Event()
         if lost.is_set() and self.error is None:
             self.error = "connection closed"
+
+    async def _listen(self, client: HandshakeClient) -> None:
+        """On a 2026-07-28 main connection: the server's list changes re-list it, and updates of the
+        resources clients subscribed to reach them, over a `subscriptions/listen` stream opened
+        anew whenever the subscribed URIs change (`resources/subscribe` does not exist in the era)."""
+
+        async def updated(uri: str) -> None:
+            if self.on_resource_updated is not None:
+                await self.on_resource_updated(self.name, uri)
+
+        while True:
+            resubscribe = self._resubscribe = anyio.Event()
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(
+                    partial(
+                        listen_for_changes,
+                        client.session,
+                        self.label,
+                        lambda: self._relist.set(),  # the event is replaced after each re-listing
+                        uris=sorted(self.subscriptions),
+                        on_updated=updated,
+                    )
+                )
+                await resubscribe.wait()
+                tg.cancel_scope.cancel()
 
     def _connect_another(self, lost: anyio.Event) -> AbstractAsyncContextManager[Streams]:
         """A second connection to the server (a second process, for stdio), alongside the main one."""
@@ -1032,8 +1131,18 @@ class Downstream:
             log.warning("listing failed", server=self.label, what=key, error=_describe(exc))
         return found
 
+    async def _learn_headers(self, client: HandshakeClient) -> None:
+        """The session's own listing of the tools: it tells the session which arguments a 2026-07-28
+        `tools/call` carries in `Mcp-Param` headers (HTTP), which a server checks."""
+        try:
+            await client.session.list_tools()
+        except (MCPError, ValidationError) as exc:
+            log.info("listing tools for their headers failed", server=self.label, error=_describe(exc))
+
     async def _renew(self, client: HandshakeClient) -> None:
         """After a (re)connection: the log level and subscriptions asked of the previous one."""
+        if client.modern:  # the era has neither: log levels go with each request, changes on `listen`
+            return
         try:
             if self.log_level is not None and client.server_capabilities.logging is not None:
                 await client.session.send_request(

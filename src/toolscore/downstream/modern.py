@@ -25,7 +25,7 @@ memory with the first; `"era": "handshake"` in a server's config keeps it to one
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -34,7 +34,7 @@ import anyio
 import mcp_types
 import structlog
 from anyio.abc import TaskGroup
-from mcp.client.session import LoggingFnT
+from mcp.client.session import ClientSession, LoggingFnT
 from mcp.shared.message import SessionMessage
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
@@ -44,7 +44,7 @@ from toolscore.errors import DownstreamProtocolError
 if TYPE_CHECKING:
     from mcp import Client
 
-__all__ = ["FrontCall", "ModernLink", "RelayedError"]
+__all__ = ["FrontCall", "ModernLink", "RelayedError", "listen_for_changes"]
 
 log = structlog.get_logger("toolscore.downstream")
 
@@ -84,6 +84,44 @@ class RelayedError(DownstreamProtocolError):
     def for_the_client(self) -> mcp_types.ErrorData | None:
         """Every one: the server answered the client's own request."""
         return self.error
+
+
+async def listen_for_changes(
+    session: ClientSession,
+    server: str,
+    on_change: Callable[[], None],
+    *,
+    uris: Sequence[str] = (),
+    on_updated: Callable[[str], Awaitable[None]] | None = None,
+) -> None:
+    """Call `on_change` whenever the server says its tools, prompts or resources changed, and
+    `on_updated` when one of `uris` did, on a 2026-07-28 connection (the era pushes these only on a
+    `subscriptions/listen` stream), until the stream ends. Nothing to listen for, no stream."""
+    from mcp.client.subscriptions import ResourceUpdated, listen  # the era's, on first need
+
+    caps = session.server_capabilities
+    tools = bool(caps and caps.tools and caps.tools.list_changed)
+    prompts = bool(caps and caps.prompts and caps.prompts.list_changed)
+    resources = bool(caps and caps.resources and caps.resources.list_changed)
+    uris = list(uris) if caps and caps.resources and caps.resources.subscribe else []
+    if not (tools or prompts or resources or uris):
+        return
+    try:
+        async with listen(
+            session,
+            tools_list_changed=tools,
+            prompts_list_changed=prompts,
+            resources_list_changed=resources,
+            resource_subscriptions=uris,
+        ) as events:
+            async for event in events:
+                if isinstance(event, ResourceUpdated):
+                    if on_updated is not None:
+                        await on_updated(event.uri)
+                else:
+                    on_change()
+    except Exception as exc:  # the calls go on without it
+        log.info("listening on the 2026-07-28 connection ended", server=server, error=str(exc))
 
 
 class ModernLink:
@@ -137,32 +175,11 @@ class ModernLink:
             await opened.wait()
         return self._client
 
-    def lost(self, client: Client) -> None:
+    def lost(self, client: object) -> None:
         """`client` closed under a request: the next request opens a new connection."""
         if self._client is client:
             self._client = None
             self._opened = None  # the old one's task may still be ending
-
-    async def _listen(self, client: Client) -> None:
-        """Changes made through this connection (a 2026-07-28 client's call) re-list the server.
-
-        This era pushes them only on a `subscriptions/listen` stream. A stdio server's second
-        process has lists of its own, which the main connection's do not show.
-        """
-        caps = client.server_capabilities
-        tools = bool(caps.tools and caps.tools.list_changed)
-        prompts = bool(caps.prompts and caps.prompts.list_changed)
-        resources = bool(caps.resources and caps.resources.list_changed)
-        if not (tools or prompts or resources):
-            return
-        try:
-            async with client.listen(
-                tools_list_changed=tools, prompts_list_changed=prompts, resources_list_changed=resources
-            ) as events:
-                async for _ in events:
-                    self._on_lists_changed()
-        except Exception as exc:  # the calls go on without it
-            log.info("listening on the 2026-07-28 connection ended", server=self._server, error=str(exc))
 
     async def _run(self, opened: anyio.Event) -> None:
         from mcp import Client  # its module imports the SDK's HTTP and in-process stacks: on first need
@@ -183,7 +200,9 @@ class ModernLink:
                 opened.set()
                 log.info("2026-07-28 connection up", server=self._server, version=client.protocol_version)
                 async with anyio.create_task_group() as tg:
-                    tg.start_soon(self._listen, client)
+                    # A stdio server's second process has lists of its own, which the main
+                    # connection's do not show: its changes re-list the server too.
+                    tg.start_soon(listen_for_changes, client.session, self._server, self._on_lists_changed)
                     await lost.wait()
                     tg.cancel_scope.cancel()
         except Exception as exc:  # its own boundary: the main connection carries on

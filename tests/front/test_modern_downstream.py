@@ -1,0 +1,216 @@
+"""A downstream on one 2026-07-28 connection, serving handshake-era clients as well as 2026-07-28 ones.
+
+The conformance fixture runs as a stdio subprocess that speaks only 2026-07-28 (`--modern-only`: it
+answers `initialize` with -32022), with no `era` key, or as the ordinary fixture with `"era":
+"2026-07-28"`. The gateway then holds one connection to it, in that era. A handshake-era client's
+call that the server answers with an input-required result has its questions asked over that
+client's back-channel, and the gateway retries the call with the answers, round after round; a
+2026-07-28 client's call is relayed as it is, the server's rounds going back to it unchanged.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+import mcp_types
+import pytest
+from mcp import Client, MCPError
+from mcp.client.session import IncomingMessage
+
+from tests.conftest import FIXTURES, make_config, running_gateway
+from toolscore import Gateway, MemoryAuditSink
+from toolscore.downstream.catalog import namespaced_uri
+from toolscore.downstream.connection import ServerState
+
+pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
+
+CONFORMANCE = str(FIXTURES / "conformance_server.py")
+
+
+@pytest.fixture(scope="module")
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def _modern_only(**extra: Any) -> dict[str, Any]:
+    return {"command": sys.executable, "args": [CONFORMANCE, "--modern-only", "--extras"], **extra}
+
+
+@pytest.fixture(scope="module")
+async def gateway(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[tuple[Gateway, MemoryAuditSink]]:
+    config = make_config(
+        {
+            "m": _modern_only(),
+            "deny": _modern_only(sampling="deny"),
+            "both": {"command": sys.executable, "args": [CONFORMANCE], "era": "2026-07-28"},
+            "old": _modern_only(era="handshake", connect_timeout=30),
+        }
+    )
+    async with running_gateway(config, tmp_path_factory.mktemp("modern")) as running:
+        yield running
+
+
+def text(result: mcp_types.CallToolResult) -> str:
+    block = result.content[0]
+    assert isinstance(block, mcp_types.TextContent)
+    return block.text
+
+
+async def elicit(context: Any, params: mcp_types.ElicitRequestParams) -> mcp_types.ElicitResult:
+    return mcp_types.ElicitResult(action="accept", content={"name": "Ada", "ok": True, "confirm": True})
+
+
+async def sample(context: Any, params: mcp_types.CreateMessageRequestParams) -> mcp_types.CreateMessageResult:
+    return mcp_types.CreateMessageResult(role="assistant", content=mcp_types.TextContent(text="Paris"), model="m")
+
+
+async def roots(context: Any) -> mcp_types.ListRootsResult:
+    return mcp_types.ListRootsResult(roots=[mcp_types.Root(uri="file:///work/project")])
+
+
+def handshake_client(gw: Gateway, **callbacks: Any) -> Client:
+    return Client(gw.server, mode="legacy", **callbacks)
+
+
+async def test_a_server_that_speaks_only_2026_07_28_gets_one_connection_in_that_era(
+    gateway: tuple[Gateway, MemoryAuditSink],
+) -> None:
+    gw, _ = gateway
+    m = gw.hub.downstreams["m"]
+    assert m.state is ServerState.UP and m.protocol_version == "2026-07-28"
+    # No second connection: both kinds of client are served on this one.
+    assert m.era_for("2025-11-25") == "2026-07-28" and m.modern_version is None
+    assert any(tool.name == "test_input_required_result_elicitation" for tool in m.tools)
+    both = gw.hub.downstreams["both"]  # a server of both eras, its entry asking for the new one
+    assert both.state is ServerState.UP and both.protocol_version == "2026-07-28"
+
+
+async def test_an_entry_kept_to_the_handshake_era_says_why_the_server_is_down(
+    gateway: tuple[Gateway, MemoryAuditSink],
+) -> None:
+    gw, _ = gateway
+    old = gw.hub.downstreams["old"]
+    assert old.state is not ServerState.UP
+    assert old.error is not None and "2026-07-28" in old.error, old.error
+
+
+async def test_a_handshake_era_clients_questions_go_by_back_channel(gateway: tuple[Gateway, MemoryAuditSink]) -> None:
+    gw, sink = gateway
+    asked: list[str] = []
+
+    async def noting_elicit(context: Any, params: mcp_types.ElicitRequestParams) -> mcp_types.ElicitResult:
+        asked.append(params.message)
+        return await elicit(context, params)
+
+    callbacks = {"elicitation_callback": noting_elicit, "sampling_callback": sample, "list_roots_callback": roots}
+    async with handshake_client(gw, **callbacks) as client:
+        assert client.protocol_version == "2025-11-25"
+        assert text(await client.call_tool("m__test_input_required_result_elicitation")) == "Hello, Ada!"
+        assert asked == ["What is your name?"]
+        assert text(await client.call_tool("m__test_input_required_result_sampling")) == "LLM answered: Paris"
+        assert text(await client.call_tool("m__test_input_required_result_list_roots")) == (
+            "Roots: file:///work/project"
+        )
+        # Three questions in one round, then two rounds with the server's evolving state.
+        several = text(await client.call_tool("m__test_input_required_result_multiple_inputs"))
+        assert "Ada" in several and "Paris" in several and "file:///work/project" in several, several
+        assert text(await client.call_tool("m__test_input_required_result_request_state")).startswith("state-ok")
+        prompt = await client.get_prompt("m__test_input_required_result_prompt")
+        assert prompt.messages
+        # The same on the entry that asked for the era.
+        assert text(await client.call_tool("both__test_input_required_result_elicitation")) == "Hello, Ada!"
+    calls = [r for r in sink.records if r.tool == "m__test_input_required_result_elicitation"]
+    assert calls and calls[-1].success  # one audit record for the whole call, its rounds included
+
+
+async def test_a_question_the_client_cannot_answer_ends_the_call_with_its_error(
+    gateway: tuple[Gateway, MemoryAuditSink],
+) -> None:
+    gw, _ = gateway
+    async with handshake_client(gw) as client:  # no elicitation capability declared
+        with pytest.raises(MCPError) as raised:
+            await client.call_tool("m__test_input_required_result_elicitation")
+        assert raised.value.error.code == mcp_types.MISSING_REQUIRED_CLIENT_CAPABILITY
+        assert "elicitation" in raised.value.error.message
+        # The connection and the server carry on.
+        assert text(await client.call_tool("m__test_simple_text")) == "This is a simple text response for testing."
+    async with handshake_client(gw, sampling_callback=sample) as client:  # `sampling: deny`
+        result = await client.call_tool("deny__test_input_required_result_sampling")
+        assert result.is_error and "sampling" in text(result).lower(), text(result)
+
+
+async def test_a_plan_step_asks_its_own_client(gateway: tuple[Gateway, MemoryAuditSink]) -> None:
+    gw, _ = gateway
+    plan = "<m><test_input_required_result_elicitation>{}</test_input_required_result_elicitation></m>"
+    async with handshake_client(gw, elicitation_callback=elicit) as client:
+        result = await client.call_tool("orchestrate", {"plan": plan})
+    assert "Hello, Ada!" in text(result), text(result)
+
+
+async def test_a_2026_07_28_client_gets_the_servers_own_rounds(gateway: tuple[Gateway, MemoryAuditSink]) -> None:
+    gw, _ = gateway
+    tool = "m__test_input_required_result_elicitation"
+    async with Client(gw.server, elicitation_callback=elicit) as client:
+        assert client.protocol_version == "2026-07-28"
+        first = await client.session.call_tool(tool, {}, allow_input_required=True)
+        assert isinstance(first, mcp_types.InputRequiredResult) and first.input_requests
+        assert list(first.input_requests) == ["user_name"]  # the server's key, not one the gateway gave
+        assert first.request_state is None  # nothing of the gateway's own: the server keeps no state here
+        # The server seals its own state: a tampered one is its error, passed on as such.
+        sealed = "m__test_input_required_result_request_state"
+        asking = await client.session.call_tool(sealed, {}, allow_input_required=True)
+        assert isinstance(asking, mcp_types.InputRequiredResult) and asking.request_state and asking.input_requests
+        answers = {key: mcp_types.ElicitResult(action="accept", content={"ok": True}) for key in asking.input_requests}
+        with pytest.raises(MCPError):
+            await client.session.call_tool(
+                sealed,
+                {},
+                input_responses=answers,
+                request_state=asking.request_state[:-4] + "AAAA",
+                allow_input_required=True,
+            )
+        assert text(await client.call_tool(tool)) == "Hello, Ada!"
+
+
+async def test_logs_reach_a_handshake_era_client_at_the_level_it_set(gateway: tuple[Gateway, MemoryAuditSink]) -> None:
+    gw, _ = gateway
+    logs: list[mcp_types.LoggingMessageNotificationParams] = []
+
+    async def on_log(params: mcp_types.LoggingMessageNotificationParams) -> None:
+        logs.append(params)
+
+    async with handshake_client(gw, logging_callback=on_log) as client:
+        await client.set_logging_level("info")
+        result = await client.call_tool("m__test_tool_with_logging")
+        assert not result.is_error
+    assert len(logs) == 3 and all(entry.level == "info" for entry in logs), logs
+
+
+async def test_a_subscribed_resource_update_reaches_a_handshake_era_client(
+    gateway: tuple[Gateway, MemoryAuditSink],
+) -> None:
+    gw, _ = gateway
+    updated = anyio.Event()
+    seen: list[str] = []
+
+    async def on_message(message: IncomingMessage) -> None:
+        if isinstance(message, mcp_types.ResourceUpdatedNotification):
+            seen.append(str(message.params.uri))
+            updated.set()
+
+    uri = "test://static-text"
+    catalog = gw.hub.catalog
+    shown = namespaced_uri("m", uri) if "m" in catalog.namespaced else uri
+    assert shown in {str(r.uri) for r in catalog.listed_resources()}
+    async with handshake_client(gw, message_handler=on_message) as client:
+        await client.subscribe_resource(shown)
+        # The listen stream is opened anew with the URI: touch until the update comes through.
+        with anyio.fail_after(60):  # a hang detector
+            while not updated.is_set():
+                await client.call_tool("m__test_touch_resource", {"uri": uri})
+                with anyio.move_on_after(0.5):
+                    await updated.wait()
+    assert seen and all(u == shown for u in seen)
