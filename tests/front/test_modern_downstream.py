@@ -10,8 +10,10 @@ client's back-channel, and the gateway retries the call with the answers, round 
 
 from __future__ import annotations
 
+import subprocess
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -20,7 +22,7 @@ import pytest
 from mcp import Client, MCPError
 from mcp.client.session import IncomingMessage
 
-from tests.conftest import FIXTURES, make_config, running_gateway
+from tests.conftest import FIXTURES, free_port, make_config, running_gateway, wait_until_answering
 from toolscore import Gateway, MemoryAuditSink
 from toolscore.downstream.catalog import namespaced_uri
 from toolscore.downstream.connection import ServerState
@@ -40,13 +42,33 @@ def _modern_only(**extra: Any) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-async def gateway(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[tuple[Gateway, MemoryAuditSink]]:
+def http_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The fixture speaking only 2026-07-28 over streamable HTTP; its URL."""
+    port = free_port()
+    errlog = tmp_path_factory.mktemp("http") / "stderr.txt"
+    with errlog.open("wb") as sink:
+        proc = subprocess.Popen(
+            [sys.executable, CONFORMANCE, "--http", str(port), "--modern-only"], stdout=sink, stderr=sink
+        )
+    try:
+        wait_until_answering(f"http://127.0.0.1:{port}/", proc, errlog=Path(errlog))
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+
+
+@pytest.fixture(scope="module")
+async def gateway(
+    tmp_path_factory: pytest.TempPathFactory, http_server: str
+) -> AsyncIterator[tuple[Gateway, MemoryAuditSink]]:
     config = make_config(
         {
             "m": _modern_only(),
             "deny": _modern_only(sampling="deny"),
             "both": {"command": sys.executable, "args": [CONFORMANCE], "era": "2026-07-28"},
             "old": _modern_only(era="handshake", connect_timeout=30),
+            "web": {"url": http_server},
         }
     )
     async with running_gateway(config, tmp_path_factory.mktemp("modern")) as running:
@@ -214,3 +236,18 @@ async def test_a_subscribed_resource_update_reaches_a_handshake_era_client(
                 with anyio.move_on_after(0.5):
                     await updated.wait()
     assert seen and all(u == shown for u in seen)
+
+
+async def test_a_server_reached_by_url_that_speaks_only_2026_07_28_is_served_the_same_way(
+    gateway: tuple[Gateway, MemoryAuditSink],
+) -> None:
+    gw, _ = gateway
+    web = gw.hub.downstreams["web"]
+    assert web.state is ServerState.UP and web.protocol_version == "2026-07-28", web.error
+    async with handshake_client(gw, elicitation_callback=elicit) as client:
+        assert text(await client.call_tool("web__test_input_required_result_elicitation")) == "Hello, Ada!"
+        # The argument the tool mirrors into a header reaches the server in it (the server checks it).
+        assert text(await client.call_tool("web__test_header_param", {"region": "eu-west"})) == "region=eu-west"
+    async with Client(gw.server, elicitation_callback=elicit) as client:
+        assert text(await client.call_tool("web__test_input_required_result_elicitation")) == "Hello, Ada!"
+        assert text(await client.call_tool("web__test_header_param", {"region": "us"})) == "region=us"

@@ -963,6 +963,8 @@ class Downstream:
                     await self._relist.wait()
                     self._relist = anyio.Event()
                     try:
+                        if client.modern and self.transport.kind != "stdio":
+                            await self._learn_headers(client)  # a new tool's headers, too
                         self.tools = await self._list_tools(client)
                         self.lists = await self._list_others(client)
                     except MCPError as exc:
