@@ -65,7 +65,7 @@ async def gateway(
     config = make_config(
         {
             "m": _modern_only(),
-            "deny": _modern_only(sampling="deny"),
+            "deny": _modern_only(sampling="deny", timeout=2),
             "both": {"command": sys.executable, "args": [CONFORMANCE], "era": "2026-07-28"},
             "old": _modern_only(era="handshake", connect_timeout=30),
             "web": {"url": http_server},
@@ -162,6 +162,26 @@ async def test_a_question_the_client_cannot_answer_ends_the_call_with_its_error(
     async with handshake_client(gw, sampling_callback=sample) as client:  # `sampling: deny`
         result = await client.call_tool("deny__test_input_required_result_sampling")
         assert result.is_error and "sampling" in text(result).lower(), text(result)
+
+
+async def test_a_client_that_never_answers_is_bounded_by_the_calls_deadline(
+    gateway: tuple[Gateway, MemoryAuditSink],
+) -> None:
+    gw, _ = gateway
+    answering = anyio.Event()
+
+    async def never(context: Any, params: mcp_types.ElicitRequestParams) -> mcp_types.ElicitResult:
+        answering.set()
+        await anyio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    async with handshake_client(gw, elicitation_callback=never) as client:
+        with anyio.fail_after(60):  # a hang detector; the server's deadline is 2 s
+            result = await client.call_tool("deny__test_input_required_result_elicitation")
+        assert answering.is_set()
+        assert result.is_error and "did not answer within 2 s" in text(result), text(result)
+        # The server holds nothing of the abandoned request: the next call is served.
+        assert text(await client.call_tool("deny__test_simple_text")) == "This is a simple text response for testing."
 
 
 async def test_a_plan_step_asks_its_own_client(gateway: tuple[Gateway, MemoryAuditSink]) -> None:
