@@ -51,6 +51,7 @@ from toolscore.errors import (
     InputRequired,
     InvalidArguments,
     Rejected,
+    TaskStarted,
     ToolNotFound,
     ToolscoreError,
 )
@@ -632,8 +633,8 @@ class ToolExecutionEngine:
                 result = yield functools.partial(post, ctx, result)
             self._account(ctx, result)
             ctx.result = result
-        except InputRequired as exc:
-            # The front answers with the question; the client's retry is a new call.
+        except (InputRequired, TaskStarted) as exc:
+            # The front answers with the question (the client's retry is a new call), or the task.
             ctx.error = exc
             self._finish(ctx)
             raise

@@ -61,6 +61,21 @@ class ToolscoreError(Exception):
     kind: str = "error"
 
 
+class TaskStarted(ToolscoreError):
+    """Not a failure: the server runs a 2026-07-28 client's call as a task of the tasks extension
+    (SEP-2663). The front answers the call with the server's `CreateTaskResult`, its task id
+    remembered as that server's, so that the client's `tasks/get`, `tasks/update` and
+    `tasks/cancel` reach it."""
+
+    kind = "task"
+
+    def __init__(self, server: str, result: dict[str, Any]) -> None:
+        self.server = server
+        self.result = result
+        """The server's `CreateTaskResult`, as JSON (`resultType`, `taskId`, `status`, ...)."""
+        super().__init__(f"server '{server}' runs the call as a task")
+
+
 class ConfigError(ToolscoreError):
     """servers.json is unreadable or invalid; the message names the file and the field."""
 

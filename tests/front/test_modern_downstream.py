@@ -24,8 +24,10 @@ from mcp.client.session import IncomingMessage
 
 from tests.conftest import FIXTURES, free_port, make_config, running_gateway, wait_until_answering
 from toolscore import Gateway, MemoryAuditSink
+from toolscore._sdk import send_as_client
 from toolscore.downstream.catalog import namespaced_uri
 from toolscore.downstream.connection import ServerState
+from toolscore.downstream.tasks import TASKS_EXTENSION
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
 
@@ -271,3 +273,45 @@ async def test_a_server_reached_by_url_that_speaks_only_2026_07_28_is_served_the
     async with Client(gw.server, elicitation_callback=elicit) as client:
         assert text(await client.call_tool("web__test_input_required_result_elicitation")) == "Hello, Ada!"
         assert text(await client.call_tool("web__test_header_param", {"region": "us"})) == "region=us"
+
+
+WITH_TASKS: dict[str, Any] = {"extensions": {TASKS_EXTENSION: {}}}
+
+
+async def ask(client: Client, method: str, params: dict[str, Any], capabilities: dict[str, Any]) -> dict[str, Any]:
+    return await send_as_client(client, method, params, capabilities=capabilities, log_level=None)
+
+
+async def test_a_servers_own_extension_task_is_relayed_to_a_2026_07_28_client(
+    gateway: tuple[Gateway, MemoryAuditSink],
+) -> None:
+    gw, sink = gateway
+    call = {"name": "m__test_task_job", "arguments": {"n": 4}}
+    async with Client(gw.server) as client:
+        assert TASKS_EXTENSION in (client.server_capabilities.extensions or {})
+        created = await ask(client, "tools/call", call, WITH_TASKS)
+        assert created["resultType"] == "task" and created["status"] == "working", created
+        task_id = created["taskId"]
+        # Polled through the gateway, the server's own task; the fixture completes it at the second poll.
+        first = await ask(client, "tasks/get", {"taskId": task_id}, WITH_TASKS)
+        assert first["taskId"] == task_id and first["status"] == "working", first
+        done = await ask(client, "tasks/get", {"taskId": task_id}, WITH_TASKS)
+        assert done["status"] == "completed" and done["result"]["content"][0]["text"] == "counted to 4", done
+        # Cancelled through the gateway: the server's status says so.
+        other = (await ask(client, "tools/call", call, WITH_TASKS))["taskId"]
+        await ask(client, "tasks/cancel", {"taskId": other}, WITH_TASKS)
+        assert (await ask(client, "tasks/get", {"taskId": other}, WITH_TASKS))["status"] == "cancelled"
+        # An id the client was not given stays unknown, and the extension must be declared.
+        with pytest.raises(MCPError) as unknown:
+            await ask(client, "tasks/get", {"taskId": "job-999"}, WITH_TASKS)
+        assert unknown.value.error.code == mcp_types.INVALID_PARAMS
+        with pytest.raises(MCPError) as undeclared:
+            await ask(client, "tasks/get", {"taskId": task_id}, {})
+        assert undeclared.value.error.code == mcp_types.MISSING_REQUIRED_CLIENT_CAPABILITY
+        # Without the extension the server answers the call whole.
+        whole = await ask(client, "tools/call", call, {})
+        assert whole.get("resultType") == "complete" and whole["content"][0]["text"] == "counted to 4", whole
+    async with handshake_client(gw) as client:
+        assert text(await client.call_tool("m__test_task_job", {"n": 2})) == "counted to 2"
+    records = [r for r in sink.records if r.tool == "m__test_task_job"]
+    assert records and any(r.error_kind == "task" for r in records)

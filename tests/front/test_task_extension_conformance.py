@@ -4,9 +4,9 @@
 client, checks the surface the gateway itself owns: the extension declared, `tasks/*` gated on
 it (-32021), the removed methods (-32601), an unknown task id (-32602), a legacy `task` param
 tolerated, `resultType` on every answer. Its other checks call the suite's own fixture tools
-(`slow_compute`, `failing_job`, ...) and expect a server's tool to run as an extension task, which
-the gateway does not relay yet (docs/conformance.md#the-2026-07-28-surface): those are named
-below and must fail for that reason alone. The suite never runs extension scenarios on its own
+(`slow_compute`, `failing_job`, ...) and expect a server's tool to run as an extension task; the
+fixture behind the gateway has no such tools (a server's extension tasks are relayed:
+tests/front/test_modern_downstream.py): those are named below and must fail for that reason alone. The suite never runs extension scenarios on its own
 (`--force`). The suite is installed on first need
 (tests/front/suite.py); without npm this skips.
 """

@@ -58,7 +58,7 @@ from toolscore.downstream.handshake import HandshakeClient
 from toolscore.downstream.modern import ModernLink, RelayedError, listen_for_changes
 from toolscore.downstream.raw import ConnectionLost, RawChannel, RawResult, Sent
 from toolscore.downstream.transports import Transport
-from toolscore.errors import DownstreamProtocolError, DownstreamUnavailable, InputRequired
+from toolscore.errors import DownstreamProtocolError, DownstreamUnavailable, InputRequired, TaskStarted
 from toolscore.scope import CallScope
 from toolscore.telemetry import tracing
 from toolscore.types import Arguments, ProgressFn
@@ -577,8 +577,11 @@ class Downstream:
             raw = {**raw, "_meta": {k: v for k, v in meta.items() if k != mcp_types.SERVER_INFO_META_KEY} or None}
             if raw["_meta"] is None:
                 del raw["_meta"]
+        kind = raw.get("resultType")
+        if kind == "task" and result_type is mcp_types.CallToolResult and isinstance(raw.get("taskId"), str):
+            raise TaskStarted(self.name, raw)  # the tasks extension: the client polls the server's task
         try:
-            if raw.get("resultType") == "input_required":
+            if kind == "input_required":
                 raise InputRequired.passing(mcp_types.InputRequiredResult.model_validate(raw, by_name=False))
             return result_type.model_validate(raw, by_name=False)
         except ValidationError:
@@ -757,7 +760,16 @@ class Downstream:
         self, method: str, params: dict[str, Any] | None, what: str, *, scope: CallScope
     ) -> dict[str, Any]:
         """Send a request whose result the SDK has no model for (a task-augmented call, `tasks/*`),
-        and return the raw result; raises what `request` raises."""
+        and return the raw result; raises what `request` raises.
+
+        A 2026-07-28 client's goes where its calls go (the tasks extension's methods reach the
+        connection, and for stdio the process, that runs the task), as its own."""
+        try:
+            raw = await self._relay(method, dict(params or {}), what, scope)
+        except RelayedError as exc:
+            raise MCPError.from_error_data(exc.error) from None
+        if raw is not None:
+            return raw
         async with self._exchange(what, scope) as session:
             return await send_session_raw_request(session, method, params)
 

@@ -39,7 +39,7 @@ from toolscore.downstream.raw import RawResult
 from toolscore.downstream.registry import Registry, Route, build_registry
 from toolscore.downstream.skillbook import SkillBook
 from toolscore.downstream.skills import SKILLS_EXTENSION
-from toolscore.downstream.tasks import call_as_task, runs_as_task
+from toolscore.downstream.tasks import TASKS_EXTENSION, call_as_task, runs_as_task
 from toolscore.downstream.transports import MemoryTransport, Transport, transport_for
 from toolscore.errors import ConfigError, DownstreamUnavailable, Rejected, UsageError
 from toolscore.scope import CallScope, principal_of
@@ -226,7 +226,8 @@ class DownstreamHub:
 
     def capable(self, capability: str) -> bool:
         """Whether some connected server declared `capability` (`resources`, `prompts`, `completions`,
-        `logging`, `subscribe` for resource subscriptions, or `skills` for the skills extension)."""
+        `logging`, `subscribe` for resource subscriptions, `skills` for the skills extension, or
+        `tasks-extension` for the tasks extension, which only a 2026-07-28 connection shows)."""
         for downstream in self.downstreams.values():
             caps = downstream.capabilities
             if caps is None or downstream.state is not ServerState.UP:  # an open breaker keeps them declared
@@ -236,6 +237,9 @@ class DownstreamHub:
                     return True
             elif capability == "skills":
                 if SKILLS_EXTENSION in (caps.extensions or {}):
+                    return True
+            elif capability == "tasks-extension":
+                if TASKS_EXTENSION in (caps.extensions or {}):
                     return True
             elif getattr(caps, capability, None) is not None:
                 return True

@@ -27,10 +27,12 @@ from toolscore.errors import DownstreamProtocolError
 from toolscore.scope import CallScope
 from toolscore.types import Arguments
 
-__all__ = ["CREATED_TASK_META_KEY", "call_as_task", "runs_as_task", "tool_result"]
+__all__ = ["CREATED_TASK_META_KEY", "TASKS_EXTENSION", "call_as_task", "runs_as_task", "tool_result"]
 
 _CANCEL_SECONDS = 5.0
 
+TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
+"""The tasks extension's identifier (SEP-2663), under `capabilities.extensions` on both sides."""
 CREATED_TASK_META_KEY = "toolscore/created-task"
 """Where the stand-in tool result of a relayed task-augmented call holds the server's `CreateTaskResult`."""
 

@@ -67,7 +67,7 @@ PING_SECONDS = 15.0
 
 Handle = Callable[
     [ServerRequestContext[Any], mcp_types.CallToolRequestParams],
-    Awaitable[mcp_types.CallToolResult | mcp_types.InputRequiredResult],
+    Awaitable[mcp_types.CallToolResult | mcp_types.InputRequiredResult | dict[str, Any]],
 ]
 """The front's `tools/call` handler (`ToolHandlers.call_tool`): raises `MCPError` for a JSON-RPC error."""
 
@@ -261,7 +261,9 @@ class ModernCalls:
         """The call's HTTP status and JSON-RPC answer, as the SDK's entry and runner write them."""
         try:
             result = await self._handle(call.ctx, call.params)
-            body = self._stamped(shaped(result, call.ctx.protocol_version))
+            # A server's task (the tasks extension) is answered as the server wrote it.
+            dumped = dict(result) if isinstance(result, dict) else shaped(result, call.ctx.protocol_version)
+            body = self._stamped(dumped)
         except ValidationError:  # the version's surface refuses the result: the runner's internal error
             log.exception("invalid result", tool=call.params.name)
             error = mcp_types.ErrorData(code=mcp_types.INTERNAL_ERROR, message="Handler returned an invalid result")

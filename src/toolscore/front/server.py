@@ -29,7 +29,7 @@ from toolscore.downstream.backchannel import on_behalf_of
 from toolscore.downstream.hub import DownstreamHub
 from toolscore.downstream.registry import Route
 from toolscore.downstream.skills import SKILLS_EXTENSION
-from toolscore.errors import DownstreamProtocolError, InputRequired, Rejected
+from toolscore.errors import DownstreamProtocolError, InputRequired, Rejected, TaskStarted
 from toolscore.front.callers import Callers
 from toolscore.front.catalog import CatalogHandlers
 from toolscore.front.confirm import Sealer, confirmer, plan_approver
@@ -130,8 +130,9 @@ class FrontServer(Server[Any]):
         extensions = dict(caps.extensions or {})
         if has("skills"):  # the skills extension (SEP-2640) of some server, carried (front/skills.py)
             extensions[SKILLS_EXTENSION] = {}
-        if protocol_version in MODERN_PROTOCOL_VERSIONS and self.plan_tasks.offered:
-            extensions[TASKS_EXTENSION] = {}  # the gateway's own plans as tasks (front/task_extension.py)
+        if protocol_version in MODERN_PROTOCOL_VERSIONS and (self.plan_tasks.offered or has("tasks-extension")):
+            # The gateway's own plans as tasks, and a server's relayed (front/task_extension.py).
+            extensions[TASKS_EXTENSION] = {}
         if extensions:
             update["extensions"] = extensions
         # Relayed to the servers that run them, or the gateway's own plans (toolscore.front.tasks).
@@ -295,6 +296,8 @@ class ToolHandlers:
         self._sealer = Sealer()
         self._sessions = sessions
         self._bus = bus
+        self.task_started: Callable[[ServerRequestContext[Any], TaskStarted], dict[str, Any]] | None = None
+        """Answers a call a server runs as a task of the tasks extension (`TaskHandlers.started`)."""
         self.fast = FastCalls(self.hot_call, serves=self._hot, lane_for=self.lane_for)
         """The hot path for passthrough `tools/call`, taken by the stdio transport (`front.fast`)."""
         self.http_calls: HttpCalls | None = None
@@ -335,8 +338,9 @@ class ToolHandlers:
 
     async def call_tool(
         self, ctx: ServerRequestContext[Any], params: mcp_types.CallToolRequestParams
-    ) -> mcp_types.CallToolResult | mcp_types.InputRequiredResult:
-        """The SDK path's `tools/call`, and the error boundary (see the module docstring)."""
+    ) -> mcp_types.CallToolResult | mcp_types.InputRequiredResult | dict[str, Any]:
+        """The SDK path's `tools/call`, and the error boundary (see the module docstring); a call
+        the server runs as a task is answered with that task (JSON, its id the one the client sees)."""
         engine = self._engine
         progress = _progress_of(ctx)
         caller = self._callers.identify(ctx)
@@ -351,6 +355,10 @@ class ToolHandlers:
                 answer = await self.own_or_passthrough(ctx, params, progress, scope)
         except InputRequired as asked:  # 2026-07-28: the question goes back as the call's result
             return asked.answer()
+        except TaskStarted as started:  # 2026-07-28, the tasks extension: the client polls the task
+            if self.task_started is None:
+                raise AssertionError("no task handler") from None  # `front_server` always sets one
+            return self.task_started(ctx, started)
         except Exception:
             log.exception("internal error", tool=params.name)
             return error_result(f"Error executing tool {params.name}: internal gateway error (see the gateway log).")
@@ -463,8 +471,11 @@ class ToolHandlers:
         self, ctx: ServerRequestContext[Any], params: mcp_types.CallToolRequestParams, version: str
     ) -> CallOutcome | mcp_types.CallToolResult | mcp_types.InputRequiredResult:
         """The hot path's call (`front.fast.HotCall`)."""
-        if params.name == ORCHESTRATE:
-            return await self.call_tool(ctx, params)  # a plan: the SDK path's own handler, in the same context
+        if params.name == ORCHESTRATE:  # a plan: the SDK path's own handler, in the same context
+            answer = await self.call_tool(ctx, params)
+            if isinstance(answer, dict):  # only a server's task is answered as JSON, never a plan
+                raise AssertionError("a plan answered as a server's task")
+            return answer
         # The hot path's passthrough call: the SDK path's, with the result kept as bytes.
         with on_behalf_of(self._callers.identify(ctx), self._peer_for(ctx), version) as scope:
             return await self.passthrough(ctx, params, _progress_of(ctx), scope, keep_bytes=True)
@@ -564,6 +575,7 @@ def build_server(
         hidden_for=hidden_for,
     )
     tasks = TaskHandlers(hub, engine, callers, peers.peer, plans=orchestrator.refusal is None)
+    tools.task_started = tasks.started
     server = FrontServer(tools, available=hub.capable, plan_tasks=tasks.plans)
     tools.register(server)
     LoggingHandlers(hub, peers.levels).register(server)

@@ -14,9 +14,12 @@ asks nor hinders. `tasks/get` inlines the result once the task has completed (a 
 `tasks/update` and `tasks/cancel`, and `orchestrate` answered whole. `tasks/result` and
 `tasks/list` do not exist in that revision (-32601).
 
-Not carried yet: a downstream's own extension tasks (a server's tool that runs as a task is
-called as before: answered whole to a 2026-07-28 client), and `notifications/tasks` on the
-listen stream (optional).
+A downstream's own extension tasks are relayed: where a 2026-07-28 client's call, sent down as
+its own (its capabilities declaring the extension), is answered with the server's
+`CreateTaskResult`, the front answers with it (`TaskStarted`, `TaskHandlers.started`), the task id
+remembered as that server's for that client, and the client's `tasks/get`, `tasks/update` and
+`tasks/cancel` of it go to that server over the same connection, as the client's own. Not carried:
+`notifications/tasks` on the listen stream (optional).
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ from mcp.server import ServerRequestContext
 from mcp.server.context import CallNext
 from pydantic import Field
 
+from toolscore.downstream.tasks import TASKS_EXTENSION
+
 __all__ = [
     "TASKS_EXTENSION",
     "TaskUpdateParams",
@@ -40,9 +45,6 @@ __all__ = [
     "removed_method",
     "task_call",
 ]
-
-TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
-"""The extension's identifier, under `capabilities.extensions` on both sides."""
 
 
 class TaskUpdateParams(mcp_types.RequestParams):

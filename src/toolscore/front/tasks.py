@@ -41,10 +41,11 @@ from toolscore.downstream.backchannel import on_behalf_of
 from toolscore.downstream.hub import DownstreamHub
 from toolscore.downstream.registry import Route
 from toolscore.downstream.tasks import CREATED_TASK_META_KEY, tool_result
-from toolscore.errors import DownstreamProtocolError, Rejected, ToolscoreError
+from toolscore.errors import DownstreamProtocolError, Rejected, TaskStarted, ToolscoreError
 from toolscore.front.callers import Callers
 from toolscore.front.catalog import PeerFor
 from toolscore.front.plan_tasks import GATEWAY, PlanTasks
+from toolscore.front.relaying import front_call_of
 from toolscore.front.task_extension import (
     TaskUpdateParams,
     create_task_result,
@@ -254,9 +255,15 @@ class TaskHandlers:
             raise _failure(exc) from None
         return _renamed(raw, task_id)
 
-    def _extension_task(self, ctx: ServerRequestContext[Any], method: str, task_id: str) -> tuple[str, str]:
-        """A 2026-07-28 request's task: its caller and the gateway's own id (the extension's tasks
-        are the gateway's own).
+    def started(self, ctx: ServerRequestContext[Any], started: TaskStarted) -> dict[str, Any]:
+        """The answer to a 2026-07-28 client's call that `started.server` runs as a task of the
+        extension: its `CreateTaskResult`, under the id the client sees (remembered as that server's)."""
+        public = self._routes.add(self._callers.identify(ctx), started.server, started.result["taskId"])
+        return _renamed(started.result, public)
+
+    def _extension_task(self, ctx: ServerRequestContext[Any], method: str, task_id: str) -> tuple[str, str, str]:
+        """A 2026-07-28 request's task: its caller, the server that runs it (`GATEWAY` for the
+        gateway's own) and that server's id for it.
 
         Raises:
             MCPError: -32021 without the extension; invalid params for an id the client was not given.
@@ -265,13 +272,29 @@ class TaskHandlers:
             raise missing_extension(method)
         caller = self._callers.identify(ctx)
         name, own_id = self._routes.route(caller, task_id)
-        if name != GATEWAY:  # a server's 2025-11-25 task: not reachable in this revision
-            raise MCPError(mcp_types.INVALID_PARAMS, f"Unknown task: {task_id}", data={"taskId": task_id})
-        return caller, own_id
+        return caller, name, own_id
+
+    async def _relayed(
+        self, ctx: ServerRequestContext[Any], method: str, params: dict[str, Any], server: str, public: str
+    ) -> dict[str, Any]:
+        """A tasks-extension request about a server's task, relayed to it as the client's own (over
+        the connection that runs the task); its answer with the id the client sees."""
+        caller = self._callers.identify(ctx)
+        front = front_call_of(ctx, None, None)
+        try:
+            with on_behalf_of(caller, self._peer_for(ctx), ctx.protocol_version, front=front) as scope:
+                raw = await self._hub.request_raw(server, method, params, f"{method} of task '{public}'", scope=scope)
+        except MCPError:
+            raise  # the server's own error, unchanged
+        except ToolscoreError as exc:
+            raise _failure(exc) from None
+        return _renamed(raw, public)
 
     async def get_task(self, ctx: ServerRequestContext[Any], params: mcp_types.GetTaskRequestParams) -> dict[str, Any]:
         if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
-            caller, own_id = self._extension_task(ctx, "tasks/get", params.task_id)
+            caller, name, own_id = self._extension_task(ctx, "tasks/get", params.task_id)
+            if name != GATEWAY:
+                return await self._relayed(ctx, "tasks/get", {"taskId": own_id}, name, params.task_id)
             return {**self.plans.detailed(caller, own_id), "taskId": params.task_id}
         return await self._forward(ctx, "tasks/get", params.task_id)
 
@@ -279,7 +302,9 @@ class TaskHandlers:
         self, ctx: ServerRequestContext[Any], params: mcp_types.CancelTaskRequestParams
     ) -> dict[str, Any]:
         if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
-            caller, own_id = self._extension_task(ctx, "tasks/cancel", params.task_id)
+            caller, name, own_id = self._extension_task(ctx, "tasks/cancel", params.task_id)
+            if name != GATEWAY:
+                return await self._relayed(ctx, "tasks/cancel", {"taskId": own_id}, name, params.task_id)
             await self.plans.end(caller, own_id)
             return {}  # the extension's ack: the status is for tasks/get to tell
         return await self._forward(ctx, "tasks/cancel", params.task_id)
@@ -288,7 +313,10 @@ class TaskHandlers:
         """The extension's `tasks/update`: answers to the input requests of a task waiting on them."""
         if ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
             raise removed_method("tasks/update")  # the extension's method; 2025-11-25 has none
-        caller, own_id = self._extension_task(ctx, "tasks/update", params.task_id)
+        caller, name, own_id = self._extension_task(ctx, "tasks/update", params.task_id)
+        if name != GATEWAY:
+            answers = {"taskId": own_id, "inputResponses": params.input_responses}
+            return await self._relayed(ctx, "tasks/update", answers, name, params.task_id)
         self.plans.update(caller, own_id, params.input_responses)
         return {}
 
