@@ -6,9 +6,9 @@ it (-32021), the removed methods (-32601), an unknown task id (-32602), a legacy
 tolerated, `resultType` on every answer. Its other checks call the suite's own fixture tools
 (`slow_compute`, `failing_job`, ...) and expect a server's tool to run as an extension task; the
 fixture behind the gateway has no such tools (a server's extension tasks are relayed:
-tests/front/test_modern_downstream.py): those are named below and must fail for that reason alone. The suite never runs extension scenarios on its own
-(`--force`). The suite is installed on first need
-(tests/front/suite.py); without npm this skips.
+tests/front/test_modern_downstream.py): those are named below and must fail for that reason
+alone. The suite never runs extension scenarios on its own (`--force`). The suite is installed on
+first need (tests/front/suite.py); without npm this skips.
 """
 
 from __future__ import annotations
