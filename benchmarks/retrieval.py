@@ -12,9 +12,12 @@ The queries fall in parts, each reported on its own: the original 134 split in t
 of the query's text (the first byte of its SHA-256 even: the `tune` half, odd: the `held-out` half),
 a second batch written later for tuning (`"set": "tune-extra"`, reported with the tune half as
 `tune+`), and the `fresh` queries (`"set": "fresh"`), written over the same tools before the
-ranker was run on them and never used to tune it. Ranking changes are tuned on `tune+` only
-(`--misses` lists that part's failures unless told another); `held-out` and `fresh` say how well
-the ranker does on queries it was not fitted to, `original` and `all` are the sums.
+ranker was run on them and never used to tune it, and the sealed `fresh-2` queries (`"set":
+"fresh-2"`), written in another style (situations, terse commands, idioms) before a later round of
+ranker changes and measured only before it and after its last change. Ranking changes are tuned on
+`tune+` only (`--misses` lists that part's failures unless told another); `held-out`, `fresh` and
+`fresh-2` say how well the ranker does on queries it was not fitted to, `original` and `all` are the
+sums.
 
 Quality, per part: recall@1/5/10 (a grade-2 tool among the first k), MRR (of the first
 grade-2 tool; 0 past 100) and nDCG@10 (gains 2^grade - 1). Latency: `SearchIndex.search(query,
@@ -28,7 +31,7 @@ of one part (default `tune+`) whose grade-2 tool is not in the top 5, with what 
 every part's figures with it off and on, from the same index in the same run, and the search
 latency with it on (the first pass, which embeds the tools it meets, apart from the rest).
 `--weights 0.1,0.2,...` prints the tuning data's figures (`tune+` only) for each blend weight: the
-weight is chosen there, never on `held-out` or `fresh`.
+weight is chosen there, never on `held-out`, `fresh` or `fresh-2`.
 
 Targets (issue "Finding the right tool among thousands"): recall@5 >= 0.90, MRR >= 0.75,
 p95 <= 5 ms at 2,000 tools.
@@ -56,11 +59,11 @@ from toolscore.toolhub.rerank import WEIGHT, Reranker, reranker_for
 from toolscore.toolhub.search import Hit, SearchIndex
 
 GOLDEN = Path(__file__).parent / "data" / "toolhub_golden.json"
-PARTS = ("tune", "tune-extra", "held-out", "fresh")
+PARTS = ("tune", "tune-extra", "held-out", "fresh", "fresh-2")
 
 
 def part(entry: dict[str, Any]) -> str:
-    """Which part of the golden set a query is in: `fresh` and `tune-extra` by their mark, the
+    """Which part of the golden set a query is in: `fresh`, `fresh-2` and `tune-extra` by their mark, the
     original queries `tune` or `held-out` by their text's hash."""
     marked = entry.get("set")
     if marked in PARTS:
