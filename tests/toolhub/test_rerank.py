@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import anyio
 import mcp_types
 import pytest
 
@@ -200,3 +201,49 @@ def test_the_hub_searches_through_the_rerank_when_it_is_on() -> None:
     assert sorted(e["name"] for e in on_) == sorted(e["name"] for e in off)
     # the blend's scores (at most 1), not the first stage's
     assert [e["score"] for e in on_] != [e["score"] for e in off] and max(e["score"] for e in on_) <= 1.0
+
+
+def _hub(rerank: dict[str, Any]) -> Any:
+    """A `ToolHub` over FILES with `rerank` in the toolhub section."""
+    from toolscore.downstream.registry import build_registry
+    from toolscore.toolhub.hub import ToolHub
+    from toolscore.toolhub.scoring import Scoreboard
+
+    config = parse_config({"mcpServers": {"files": {"type": "memory"}}, "toolscore": {"toolhub": rerank}})
+    registry = build_registry(FILES, config)
+
+    class Source:
+        def __init__(self) -> None:
+            self.registry = registry
+
+    return ToolHub(tools=Source(), engine=None, config=config, scores=Scoreboard())  # type: ignore[arg-type]
+
+
+@needs_model
+@pytest.mark.anyio
+async def test_search_tools_loads_the_model_off_the_event_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the real model, read by the real loader; only the thread each read runs on is noted
+    import threading
+
+    from toolscore.toolhub import rerank
+
+    threads: list[int] = []
+
+    class Noted(rerank._Model):
+        def __init__(self, weights: Path, tokenizer: Path) -> None:
+            threads.append(threading.get_ident())
+            super().__init__(weights, tokenizer)
+
+    monkeypatch.setattr(rerank, "_Model", Noted)
+    hub = _hub({"rerank": "embedding"})
+    expected = _hub_search({"rerank": "embedding"}, "rename or read a file")  # loaded inline, as before
+    threads.clear()
+    loop = threading.get_ident()
+    with anyio.fail_after(60):  # a hang detector
+        async with anyio.create_task_group() as tg:  # two first searches at once: one load
+            for _ in range(2):
+                tg.start_soon(hub.answer, "search_tools", {"query": "rename or read a file", "k": 3})
+        result = await hub.answer("search_tools", {"query": "rename or read a file", "k": 3})
+    assert len(threads) == 1 and threads[0] != loop
+    assert not result.is_error
+    assert json.loads(result.content[0].text) == expected  # the same answer as a load on the loop gives

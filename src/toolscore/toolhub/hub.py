@@ -264,6 +264,8 @@ class ToolHub:
                     "search_tools takes {'query': string, 'k'?: integer 1-20, "
                     "'server'?: string, 'capability'?: string}."
                 )
+            if self._reranker is not None:
+                await self._reranker.load()  # off the event loop, before the first search needs it
             found = self.search(
                 query, k, server=server, capability=capability, hidden=self._hidden(scope), own=gateway_tools()
             )

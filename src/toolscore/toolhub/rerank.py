@@ -5,7 +5,8 @@ Off by default (`toolhub.rerank`). On, the gateway checks at start that the mode
 (`toolhub.rerank_model`, default `wordllama`) and its bundled files are there, without importing
 it; when they are not, it logs one warning that says how to install them and searches as before.
 Nothing is ever fetched: the weights and the tokenizer are read from the installed package's own
-folder. The model is loaded by the first search (a few tenths of a second), and each tool's text
+folder. The model is loaded once, before the first search, in a worker thread (`load`: a few
+tenths of a second of CPU that would otherwise stall every other request), and each tool's text
 (its name's words, title, description and parameter names) is embedded the first time the tool is
 among a search's best fifty, then kept, keyed by a digest of that text, so a reload that leaves a
 tool as it was embeds nothing again.
@@ -31,6 +32,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import anyio
+import anyio.to_thread
 import structlog
 
 from toolscore.toolhub.capabilities import Tagged
@@ -132,10 +135,22 @@ class Reranker:
         self._files = (weights, tokenizer)
         self._model: _Model | None = None
         self._failed = False
+        self._loading: anyio.Lock | None = None
         self._vectors: OrderedDict[bytes, Any] = OrderedDict()
         self._by_tool: dict[int, tuple[Tagged, Any]] = {}
         """The vector of each definition met, by identity (the index's definitions do not change): a
         search that meets it again neither rebuilds its text nor hashes it."""
+
+    async def load(self) -> None:
+        """Load the model in a worker thread, once (concurrent callers wait for the one load), so the
+        event loop goes on serving while it is read; a search before it would load it inline."""
+        if self._model is not None or self._failed:
+            return
+        if self._loading is None:
+            self._loading = anyio.Lock()
+        async with self._loading:
+            if self._model is None and not self._failed:
+                await anyio.to_thread.run_sync(self._loaded)
 
     def _loaded(self) -> _Model | None:
         if self._model is None and not self._failed:
