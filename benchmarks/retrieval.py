@@ -10,14 +10,14 @@ capability tagger), queried as `search_tools` queries it.
 
 The queries fall in parts, each reported on its own: the original 134 split in two halves by a hash
 of the query's text (the first byte of its SHA-256 even: the `tune` half, odd: the `held-out` half),
-a second batch written later for tuning (`"set": "tune-extra"`, reported with the tune half as
-`tune+`), and the `fresh` queries (`"set": "fresh"`), written over the same tools before the
-ranker was run on them and never used to tune it, and the sealed `fresh-2` queries (`"set":
-"fresh-2"`), written in another style (situations, terse commands, idioms) before a later round of
-ranker changes and measured only before it and after its last change. Ranking changes are tuned on
-`tune+` only (`--misses` lists that part's failures unless told another); `held-out`, `fresh` and
-`fresh-2` say how well the ranker does on queries it was not fitted to, `original` and `all` are the
-sums.
+two batches written later for tuning (`"set": "tune-extra"`, and `"tune-2"` in the style of
+`fresh-2`; reported with the tune half as `tune+`), the `fresh` queries (`"set": "fresh"`), written
+over the same tools before the ranker was run on them and never used to tune it, and the sealed
+`fresh-2` queries (`"set": "fresh-2"`), written in another style (situations, terse commands,
+idioms) before a later round of ranker changes and measured only before it and after its last
+change. Ranking changes are tuned on `tune+` only (`--misses` lists that part's failures unless
+told another); `held-out`, `fresh` and `fresh-2` say how well the ranker does on queries it was not
+fitted to, `original` and `all` are the sums.
 
 Quality, per part: recall@1/5/10 (a grade-2 tool among the first k), MRR (of the first
 grade-2 tool; 0 past 100) and nDCG@10 (gains 2^grade - 1). Latency: `SearchIndex.search(query,
@@ -59,11 +59,11 @@ from toolscore.toolhub.rerank import WEIGHT, Reranker, reranker_for
 from toolscore.toolhub.search import Hit, SearchIndex
 
 GOLDEN = Path(__file__).parent / "data" / "toolhub_golden.json"
-PARTS = ("tune", "tune-extra", "held-out", "fresh", "fresh-2")
+PARTS = ("tune", "tune-extra", "tune-2", "held-out", "fresh", "fresh-2")
 
 
 def part(entry: dict[str, Any]) -> str:
-    """Which part of the golden set a query is in: `fresh`, `fresh-2` and `tune-extra` by their mark, the
+    """Which part of the golden set a query is in: the later batches by their mark, the
     original queries `tune` or `held-out` by their text's hash."""
     marked = entry.get("set")
     if marked in PARTS:
@@ -76,7 +76,7 @@ def groups(queries: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     by = {name: [q for q in queries if part(q) == name] for name in PARTS}
     return {
         **by,
-        "tune+": by["tune"] + by["tune-extra"],
+        "tune+": by["tune"] + by["tune-extra"] + by["tune-2"],
         "original": by["tune"] + by["held-out"],
         "all": queries,
     }

@@ -1,10 +1,10 @@
 """`search_tools` on the golden set (benchmarks/data/toolhub_golden.json) stays at least this good.
 
 The floors sit a little under what benchmarks/retrieval.py measured (docs/toolhub.md), per part of
-the set: the tuning data (`tune+`: the original queries' tune half and the `tune-extra` batch), the
-original queries' `held-out` half, the `fresh` queries and the sealed `fresh-2` batch, so a change
-that makes retrieval worse fails here, on the queries it was tuned on or on the others; raise them
-when the ranker gets better.
+the set: the tuning data (`tune+`: the original queries' tune half and the `tune-extra` and
+`tune-2` batches), the original queries' `held-out` half, the `fresh` queries and the sealed
+`fresh-2` batch, so a change that makes retrieval worse fails here, on the queries it was tuned on
+or on the others; raise them when the ranker gets better.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from toolscore.toolhub.text import terms
 
 GOLDEN = Path(__file__).parents[2] / "benchmarks" / "data" / "toolhub_golden.json"
 FLOORS = {
-    "tune+": {"recall@5": 0.90, "recall@10": 0.93, "MRR": 0.80, "nDCG@10": 0.82},
+    "tune+": {"recall@5": 0.81, "recall@10": 0.86, "MRR": 0.69, "nDCG@10": 0.72},
     "held-out": {"recall@5": 0.88, "recall@10": 0.92, "MRR": 0.70, "nDCG@10": 0.75},
     "fresh": {"recall@5": 0.75, "recall@10": 0.85, "MRR": 0.60, "nDCG@10": 0.65},
     "fresh-2": {"recall@5": 0.43, "recall@10": 0.59, "MRR": 0.26, "nDCG@10": 0.34},
@@ -37,7 +37,7 @@ def part(entry: dict[str, Any]) -> str:
     """The part as benchmarks/retrieval.py splits the set, the two tuning batches as one."""
     if entry.get("set") in ("fresh", "fresh-2"):
         return str(entry["set"])
-    if entry.get("set") == "tune-extra":
+    if entry.get("set") in ("tune-extra", "tune-2"):
         return "tune+"
     return "tune+" if hashlib.sha256(entry["query"].encode()).digest()[0] % 2 == 0 else "held-out"
 
