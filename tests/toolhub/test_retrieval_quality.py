@@ -26,10 +26,10 @@ from toolscore.toolhub.text import terms
 
 GOLDEN = Path(__file__).parents[2] / "benchmarks" / "data" / "toolhub_golden.json"
 FLOORS = {
-    "tune+": {"recall@5": 0.81, "recall@10": 0.86, "MRR": 0.69, "nDCG@10": 0.72},
-    "held-out": {"recall@5": 0.88, "recall@10": 0.92, "MRR": 0.70, "nDCG@10": 0.75},
-    "fresh": {"recall@5": 0.75, "recall@10": 0.85, "MRR": 0.60, "nDCG@10": 0.65},
-    "fresh-2": {"recall@5": 0.43, "recall@10": 0.59, "MRR": 0.26, "nDCG@10": 0.34},
+    "tune+": {"recall@5": 0.84, "recall@10": 0.88, "MRR": 0.72, "nDCG@10": 0.75},
+    "held-out": {"recall@5": 0.88, "recall@10": 0.92, "MRR": 0.71, "nDCG@10": 0.76},
+    "fresh": {"recall@5": 0.77, "recall@10": 0.87, "MRR": 0.61, "nDCG@10": 0.66},
+    "fresh-2": {"recall@5": 0.45, "recall@10": 0.61, "MRR": 0.30, "nDCG@10": 0.37},
 }
 
 

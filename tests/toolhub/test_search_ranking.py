@@ -103,6 +103,44 @@ def test_values_in_a_query_count_as_their_kind() -> None:
     assert idx.search("bob@example.com", 1)[0].matched == ("bob@example.com",)
 
 
+def test_a_time_of_day_and_a_zone_count_as_time_and_timezone() -> None:
+    idx = build(
+        tool("convert_time", "Convert time between timezones.", {"time": {}, "source_timezone": {}}),
+        tool("add_numbers", "Add two numbers.", {"a": {}, "b": {}}),
+        tool("am_radio", "Tune the AM radio."),
+    )
+    for query in ("8am PST in IST?", "17:00 CET", "5:30pm"):
+        assert names(idx, query) == ["s0__convert_time"], query
+    assert idx.search("8am PST", 1)[0].matched == ("8am", "PST")
+    assert names(idx, "pst") == []  # a zone's abbreviation in capitals only: `est` is a word's stem
+    assert names(idx, "17 and 25") == []  # a bare number is still no word
+
+
+def test_a_phrasal_verb_counts_as_the_verb_it_means() -> None:
+    idx = build(
+        tool("disable_alerts", "Disable the alerts."),
+        tool("enable_alerts", "Enable the alerts."),
+        tool("turn_page", "Turn to the next page."),
+        tool("undo_change", "Undo the last change."),
+        tool("take_photo", "Take a photo."),
+    )
+    assert names(idx, "turn off the alerts") == ["s0__disable_alerts"]
+    assert names(idx, "the alerts: switched them on") == ["s0__enable_alerts"]  # any form, past a pronoun
+    assert names(idx, "oops, take it back") == ["s0__undo_change"]
+    assert names(idx, "take a photo") == ["s0__take_photo"]  # `take` alone is `take`
+    assert names(idx, "turn the page") == ["s0__turn_page"]
+    assert names(idx, "turn, off", 5) == ["s0__turn_page"]  # a comma parts them: no phrase
+
+
+def test_a_number_inside_a_name_counts() -> None:
+    idx = build(
+        tool("read_media", "Read a file as base64-encoded data."),
+        tool("set_base", "Set the base path."),
+    )
+    assert names(idx, "the bytes as base64") == ["s0__read_media"]
+    assert names(idx, "base 64") == ["s0__set_base"]  # a bare number stays a value
+
+
 def test_contractions_and_possessives_leave_nothing_behind() -> None:
     idx = build(
         tool("list_pages", "List the pages."),

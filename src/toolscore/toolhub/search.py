@@ -11,6 +11,9 @@ cannot outweigh it in the name. The per-(term, tool) contribution does not depen
 so it is computed once when the index is built; a search only adds up the postings of its own
 terms, a few thousand additions at 2,000 tools.
 
+A phrasal verb in a query counts as the verb it means (`turn it off`: `disable`, `take back`:
+`undo`), a time of day (`8am`, `17:00`) as `time`, a zone's abbreviation (`PST`) as `timezone`, and
+the number inside a name (`base64`, `sha256`) as a word, where a bare number counts not at all.
 A query word also looks for its synonyms (`synonyms.py`) and its agent noun or verb (`indexer`
 for `index`, `index` for `indexer`) at a discount, and each query word counts once per tool, by its
 best match, so a tool does not win by matching many synonyms of one word. A question word adds a
@@ -128,11 +131,54 @@ _URL = re.compile(r"(?:[a-z][a-z0-9+.-]{0,15}://|www\.)\S|[\w-]{1,63}\.(?:com|or
 _FILE = re.compile(r"[\w*?./~-]{0,200}\w\.[A-Za-z][A-Za-z0-9]{0,3}$")
 _EMAIL = re.compile(r"[\w.+-]{1,64}@[\w-]{1,63}\.[\w.-]{2,}$")
 _DOTFILE = re.compile(r"\.[a-z][\w.-]{1,30}$")
+_CLOCK = re.compile(r"(?:[01]?\d|2[0-3])(?:[:.][0-5]\d)?[ap]\.?m\.?$|(?:[01]?\d|2[0-3]):[0-5]\d$", re.I)
+"""A time of day: `8am`, `5:30pm`, `17:00`."""
+_ZONE_TEXT = (
+    "utc gmt cet cest eet eest wet west bst ist est edt cst cdt mst mdt pst pdt akst hst jst kst aest aedt nzst nzdt"
+)
+_ZONES = frozenset(_ZONE_TEXT.split())
+"""Common time zones' abbreviations, written in capitals in a query (`PST`, `CET`)."""
+_PHRASE_TEXT = {
+    "turn on": "enable",
+    "switch on": "enable",
+    "turn off": "disable",
+    "switch off": "disable",
+    "shut down": "close",
+    "take back": "undo",
+    "back out": "revert",
+    "roll back": "revert",
+    "get rid": "delete",
+    "tear down": "delete",
+    "kick off": "start",
+    "start up": "start",
+    "look over": "review",
+    "go over": "review",
+    "pull up": "open",
+    "bring up": "show",
+    "jot down": "note",
+    "write down": "note",
+    "hang on": "wait",
+    "hold on": "wait",
+    "hand over": "assign",
+    "hand off": "assign",
+    "sign up": "register",
+}
+_PHRASES: Mapping[tuple[str, str], str] = {
+    (stem(phrase.split()[0]), phrase.split()[1]): verb for phrase, verb in _PHRASE_TEXT.items()
+}
+"""Phrasal verbs of tool tasks and the verb they mean (`turn off` is `disable`), general English;
+the verb in any form, its particle after it or after an object pronoun (`turned it off`)."""
+_PARTICLES = frozenset(particle for _, particle in _PHRASES)
+_OBJECT_TEXT = "it them this that these those everything all"
+_OBJECTS = frozenset(_OBJECT_TEXT.split())
+"""What may stand between a phrasal verb and its particle (`take it back`)."""
 _FILE_NAMES = frozenset(
     ("readme", "license", "licence", "makefile", "dockerfile", "changelog", "gemfile", "procfile", "jenkinsfile")
 )
 """File names without an extension that name a file all the same."""
 _MIXED = re.compile(r"[A-Za-z]*[a-z][A-Z][A-Za-z]*")
+_NAMED_NUMBER = re.compile(r"[A-Za-z]{2,}[0-9]{1,4}")
+"""A name with a number in it (`base64`, `utf8`, `sha256`, `ipv6`): the number is part of the name."""
 _PUNCTUATION = ".,;:!?()[]{}\"'`"
 """Stripped off a query's words (the first, `.`, not off a dotfile's name: `.gitignore`)."""
 _POSSESSIVE = re.compile(r"['\u2019]s$", re.I)
@@ -283,17 +329,23 @@ def _query(query: str, known: Callable[[str], bool]) -> list[_Word]:
     `localStorage`), else by its parts. Two adjacent words the index knows as one count as one
     (`local storage` finds `localstorage`, `look up` is `lookup`), neither then on its own.
     A question word that opens the query or a clause adds its intent (`INTENTS`), worth less than a
-    word of the query.
+    word of the query. A phrasal verb counts as the verb it means (`_phrased`), a time of day
+    (`8am`, `17:00`) as `time`, a zone's abbreviation in capitals (`PST`) as `timezone`, and the
+    number inside a name (`base64`) as a word.
     """
     out: dict[str, _Word] = {}
     previous: str | None = None  # the word before, as written, while it may join the next
     added: str | None = None  # the term the word before added, while it may join the next
     head = query[:MAX_TEXT_CHARS]
     lowered = head.lower().split()
-    for token in head.split():
+    for token in _phrased(head.split()):
         bare = _POSSESSIVE.sub("", token.strip(_PUNCTUATION))  # the page's storage: the page, storage
         kind = (
-            "url"
+            "time"
+            if _CLOCK.match(bare)
+            else "timezone"
+            if bare.isupper() and bare.lower() in _ZONES
+            else "url"
             if _URL.match(bare)
             else "email"
             if _EMAIL.match(bare)
@@ -311,6 +363,7 @@ def _query(query: str, known: Callable[[str], bool]) -> list[_Word]:
             previous = added = None
             continue
         parts = _WORD.findall(bare)
+        named = _NAMED_NUMBER.fullmatch(bare) is not None
         whole = bare.lower()
         if len(parts) > 1 and _MIXED.fullmatch(bare) and known(stem(whole)):
             parts = [whole]
@@ -326,7 +379,7 @@ def _query(query: str, known: Callable[[str], bool]) -> list[_Word]:
                 continue
             previous = lower if lower.isalpha() else None
             added = None
-            if lower.isdigit() or lower in STOPWORDS or len(lower) == 1:
+            if (lower.isdigit() and not named) or lower in STOPWORDS or len(lower) == 1:
                 continue
             term = stem(lower)
             if term not in out:
@@ -336,6 +389,22 @@ def _query(query: str, known: Callable[[str], bool]) -> list[_Word]:
         if intent not in out:
             out[intent] = _Word(asked, intent, None, _INTENT, counts=False)
     return list(out.values())
+
+
+def _phrased(tokens: list[str]) -> list[str]:
+    """`tokens` with each phrasal verb (`take it back`, `turned off`) as the one verb it means.
+    Only a particle is looked behind from, so most tokens cost one set lookup."""
+    out = list(tokens)
+    for j, token in enumerate(tokens):
+        particle = token.rstrip(_PUNCTUATION).lower()
+        if particle not in _PARTICLES or j == 0:
+            continue
+        i = j - 2 if j >= 2 and tokens[j - 1].lower() in _OBJECTS else j - 1
+        verb = out[i].lower()
+        meant = _PHRASES.get((stem(verb), particle)) if verb.isalpha() else None
+        if meant is not None:
+            out[i], out[j] = meant, token[len(particle) :]  # the particle's punctuation kept
+    return [t for t in out if t]
 
 
 def _plural(word: str) -> bool:
