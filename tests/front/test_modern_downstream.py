@@ -186,6 +186,32 @@ async def test_a_client_that_never_answers_is_bounded_by_the_calls_deadline(
         assert text(await client.call_tool("deny__test_simple_text")) == "This is a simple text response for testing."
 
 
+async def test_a_client_that_cancels_while_asked_ends_the_call_and_the_server_serves_on(
+    gateway: tuple[Gateway, MemoryAuditSink],
+) -> None:
+    gw, sink = gateway
+    asked = anyio.Event()
+
+    async def hang(context: Any, params: mcp_types.ElicitRequestParams) -> mcp_types.ElicitResult:
+        asked.set()
+        await anyio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    before = len([r for r in sink.records if r.tool == "m__test_input_required_result_elicitation"])
+    async with handshake_client(gw, elicitation_callback=hang) as client:
+        with anyio.fail_after(30):  # a hang detector, under the server's deadline (the default 60 s)
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(client.call_tool, "m__test_input_required_result_elicitation")
+                await asked.wait()
+                tg.cancel_scope.cancel()  # the client gives up: the SDK sends notifications/cancelled
+            # The gateway ends the call (its audit record) and the server serves the next one.
+            while len([r for r in sink.records if r.tool == "m__test_input_required_result_elicitation"]) == before:  # noqa: ASYNC110 - the sink has no event to wait on
+                await anyio.sleep(0.05)
+        assert text(await client.call_tool("m__test_simple_text")) == "This is a simple text response for testing."
+    ended = [r for r in sink.records if r.tool == "m__test_input_required_result_elicitation"][before:]
+    assert len(ended) == 1 and not ended[0].success, ended
+
+
 async def test_a_plan_step_asks_its_own_client(gateway: tuple[Gateway, MemoryAuditSink]) -> None:
     gw, _ = gateway
     plan = "<m><test_input_required_result_elicitation>{}</test_input_required_result_elicitation></m>"
