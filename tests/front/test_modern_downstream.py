@@ -318,6 +318,9 @@ async def test_a_servers_own_extension_task_is_relayed_to_a_2026_07_28_client(
         created = await ask(client, "tools/call", call, WITH_TASKS)
         assert created["resultType"] == "task" and created["status"] == "working", created
         task_id = created["taskId"]
+        # Shown under an id nobody can guess (clients that share a caller must not reach each
+        # other's tasks by counting), not the server's `job-N`.
+        assert not task_id.startswith("job-") and len(task_id) >= 16, task_id
         # Polled through the gateway, the server's own task; the fixture completes it at the second poll.
         first = await ask(client, "tasks/get", {"taskId": task_id}, WITH_TASKS)
         assert first["taskId"] == task_id and first["status"] == "working", first

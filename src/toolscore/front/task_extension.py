@@ -16,10 +16,10 @@ asks nor hinders. `tasks/get` inlines the result once the task has completed (a 
 
 A downstream's own extension tasks are relayed: where a 2026-07-28 client's call, sent down as
 its own (its capabilities declaring the extension), is answered with the server's
-`CreateTaskResult`, the front answers with it (`TaskStarted`, `TaskHandlers.started`), the task id
-remembered as that server's for that client, and the client's `tasks/get`, `tasks/update` and
-`tasks/cancel` of it go to that server over the same connection, as the client's own. Not carried:
-`notifications/tasks` on the listen stream (optional).
+`CreateTaskResult`, the front answers with it (`TaskStarted`, `TaskHandlers.started`) under a task
+id of its own that cannot be guessed, remembered as that server's for that client, and the
+client's `tasks/get`, `tasks/update` and `tasks/cancel` of it go to that server over the same
+connection, as the client's own. Not carried: `notifications/tasks` on the listen stream (optional).
 """
 
 from __future__ import annotations

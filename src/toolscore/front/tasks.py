@@ -24,6 +24,7 @@ For 2026-07-28 clients the same handlers speak the tasks extension instead
 
 from __future__ import annotations
 
+import secrets
 from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
@@ -94,10 +95,12 @@ class TaskRoutes:
         self._limit = limit
         self._by_caller: dict[str, OrderedDict[str, tuple[str, str]]] = {}
 
-    def add(self, caller: str, server: str, task_id: str) -> str:
-        """Remember a task `server` created for `caller`; the id the client sees."""
+    def add(self, caller: str, server: str, task_id: str, *, opaque: bool = False) -> str:
+        """Remember a task `server` created for `caller`; the id the client sees: the server's own,
+        or (`opaque`) one of the gateway's that nobody can guess, where clients that cannot be told
+        apart (stateless and anonymous) may share a caller while a server's ids count up."""
         tasks = self._by_caller.setdefault(caller, OrderedDict())
-        public = task_id
+        public = secrets.token_urlsafe(16) if opaque else task_id
         if (known := tasks.get(public)) is not None and known[0] != server:
             public = f"{server}:{task_id}"  # another server's task already has this id
         tasks[public] = (server, task_id)
@@ -258,7 +261,8 @@ class TaskHandlers:
     def started(self, ctx: ServerRequestContext[Any], started: TaskStarted) -> dict[str, Any]:
         """The answer to a 2026-07-28 client's call that `started.server` runs as a task of the
         extension: its `CreateTaskResult`, under the id the client sees (remembered as that server's)."""
-        public = self._routes.add(self._callers.identify(ctx), started.server, started.result["taskId"])
+        caller = self._callers.identify(ctx)
+        public = self._routes.add(caller, started.server, started.result["taskId"], opaque=True)
         return _renamed(started.result, public)
 
     def _extension_task(self, ctx: ServerRequestContext[Any], method: str, task_id: str) -> tuple[str, str, str]:
