@@ -342,5 +342,8 @@ async def test_a_servers_own_extension_task_is_relayed_to_a_2026_07_28_client(
         assert whole.get("resultType") == "complete" and whole["content"][0]["text"] == "counted to 4", whole
     async with handshake_client(gw) as client:
         assert text(await client.call_tool("m__test_task_job", {"n": 2})) == "counted to 2"
+        # A task nobody asked for (the gateway declares no extension on its own requests) is an error.
+        unasked = await client.call_tool("m__test_task_unasked")
+        assert unasked.is_error and "did not ask for" in text(unasked), text(unasked)
     records = [r for r in sink.records if r.tool == "m__test_task_job"]
     assert records and any(r.error_kind == "task" for r in records)

@@ -451,7 +451,8 @@ class Downstream:
             if self._main_modern:  # input-required rounds asked of the caller by back-channel
                 what = f"the call to '{tool}'"
                 raw = await self._asked(session, "tools/call", {"name": tool, "arguments": arguments}, scope, progress)
-                return self._without_stamp(self._parse(raw, mcp_types.CallToolResult, what))
+                # A task the request did not ask for (the gateway declares no extension) is malformed.
+                return self._without_stamp(self._parse(raw, mcp_types.CallToolResult, what, relayed=False))
             channel = self._raw_channel()  # the connection's, once `_call_exchange` has one
             if channel is not None:  # stdio: the gateway's own request line, one decoding of the answer
                 answer = await channel.call(tool, arguments, progress=progress)
@@ -569,8 +570,9 @@ class Downstream:
             server=self.name,
         )
 
-    def _parse(self, raw: dict[str, Any], result_type: type[_ResultT], what: str) -> _ResultT:
-        """A relayed request's result: an input-required result is raised for the front to pass on."""
+    def _parse(self, raw: dict[str, Any], result_type: type[_ResultT], what: str, *, relayed: bool = True) -> _ResultT:
+        """A request's raw result: an input-required result, or (`relayed`: a 2026-07-28 client's
+        own call) a task of the tasks extension, is raised for the front to pass on."""
         meta = raw.get("_meta")
         if isinstance(meta, dict) and mcp_types.SERVER_INFO_META_KEY in meta:
             # The server's identity stamp: passed on, it would stand for the gateway's own.
@@ -578,8 +580,13 @@ class Downstream:
             if raw["_meta"] is None:
                 del raw["_meta"]
         kind = raw.get("resultType")
-        if kind == "task" and result_type is mcp_types.CallToolResult and isinstance(raw.get("taskId"), str):
-            raise TaskStarted(self.name, raw)  # the tasks extension: the client polls the server's task
+        if kind == "task":
+            if relayed and result_type is mcp_types.CallToolResult and isinstance(raw.get("taskId"), str):
+                raise TaskStarted(self.name, raw)  # the tasks extension: the client polls the server's task
+            raise DownstreamProtocolError(
+                f"Server '{self.name}' answered {what} with a task, which the request did not ask for.",
+                server=self.name,
+            )
         try:
             if kind == "input_required":
                 raise InputRequired.passing(mcp_types.InputRequiredResult.model_validate(raw, by_name=False))
