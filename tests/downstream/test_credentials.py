@@ -24,6 +24,7 @@ from toolscore import testing
 from toolscore.config import ServerConfig, parse_config
 from toolscore.downstream.credentials import (
     ACCESS_TOKEN_TYPE,
+    REFUSED_RENEWAL_SECONDS,
     TOKEN_EXCHANGE_GRANT,
     BearerAuth,
     PerPrincipal,
@@ -442,6 +443,28 @@ async def test_a_token_the_server_refuses_before_it_expires_is_exchanged_again_a
     assert len(endpoint.requests) == 2 and again.status_code == 200
     (first, body), (second, resent), (third, _) = seen
     assert first != second == third and body == resent and b'"ping"' in body
+
+
+async def test_a_server_that_refuses_every_exchanged_token_costs_no_exchange_per_request_for_a_while() -> None:
+    endpoint, clock = Endpoint(), Clock()
+    exchange = _exchange(endpoint, _subjects(alice="t"), clock)
+    seen: list[str | None] = []
+
+    def downstream(request: httpx2.Request) -> httpx2.Response:
+        seen.append(request.headers.get("authorization"))
+        return httpx2.Response(401, json={})  # whatever the gateway sends
+
+    async with httpx2.AsyncClient(
+        transport=httpx2.MockTransport(downstream), auth=BearerAuth(exchange, "alice")
+    ) as http:
+        assert (await http.post("https://web.test/mcp", json={})).status_code == 401
+        assert len(endpoint.requests) == 2 and len(seen) == 2  # the token, then one exchanged anew
+        for _ in range(5):  # the 401s stand: no exchange, no resend, the token last got is sent
+            assert (await http.post("https://web.test/mcp", json={})).status_code == 401
+        assert len(endpoint.requests) == 2 and len(seen) == 7 and seen[-1] == seen[1]
+        clock.now += REFUSED_RENEWAL_SECONDS  # then it is tried again, once
+        assert (await http.post("https://web.test/mcp", json={})).status_code == 401
+        assert len(endpoint.requests) == 3 and len(seen) == 9
 
 
 async def test_a_configured_secret_the_server_refuses_is_not_sent_again() -> None:

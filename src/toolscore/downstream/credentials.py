@@ -62,6 +62,9 @@ DEFAULT_LIFETIME = 60.0
 """Seconds an issued token is kept when the token endpoint does not say (`expires_in`)."""
 EXCHANGE_TIMEOUT = 10.0
 MAX_RESPONSE_BYTES = 64 * 1024
+REFUSED_RENEWAL_SECONDS = 30.0
+"""After a server refused a token exchanged anew for a refused one too, its 401s stand this long:
+no exchange, no resend (a server that refuses every exchanged token costs no exchange per request)."""
 MAX_KEPT = 10_000
 """Principals whose tokens are kept (subject tokens, and issued ones per server); least recent dropped."""
 _VISIBLE = re.compile(r"[\x21-\x7e]{1,16384}")
@@ -89,6 +92,11 @@ class Credential(Protocol):
     def refused(self, principal: str, secret: str) -> bool:
         """The server answered 401 to `secret`: forget it if it can be obtained anew (a revoked or
         rotated token); whether `bearer` may now give another."""
+        ...
+
+    def renewal_refused(self, principal: str) -> None:
+        """The server answered 401 to the secret `bearer` gave after `refused` too: it refuses what
+        this credential gives, so give up renewing for a while (`REFUSED_RENEWAL_SECONDS`)."""
         ...
 
 
@@ -129,6 +137,9 @@ class PerPrincipal:
 
     def refused(self, principal: str, secret: str) -> bool:
         return False  # a configured secret: asking again gives the same one
+
+    def renewal_refused(self, principal: str) -> None:
+        return None  # never renewed
 
 
 class SubjectTokens:
@@ -210,6 +221,8 @@ class TokenExchange:
         self._transport = transport
         self._issued: OrderedDict[str, _Issued] = OrderedDict()
         self._locks: dict[str, anyio.Lock] = {}
+        self._refusing: OrderedDict[str, float] = OrderedDict()
+        """Principals whose renewed tokens the server refused too, and until when its 401s stand."""
 
     def __repr__(self) -> str:
         return f"TokenExchange({self.server!r}, endpoint={self.settings.token_endpoint!r}, audience={self.audience!r})"
@@ -219,10 +232,27 @@ class TokenExchange:
         return issued.token if issued is not None and self._clock() < issued.expires_at else None
 
     def refused(self, principal: str, secret: str) -> bool:
+        until = self._refusing.get(principal)
+        if until is not None:
+            if self._clock() < until:
+                return False  # the server refuses what the exchange gives: its 401 stands for now
+            del self._refusing[principal]
         issued = self._issued.get(principal)
         if issued is not None and issued.token == secret:
             del self._issued[principal]  # revoked before its time: the next call exchanges again
         return True
+
+    def renewal_refused(self, principal: str) -> None:
+        log.warning(
+            "downstream refused a token exchanged anew; its 401s stand for a while",
+            server=self.server,
+            principal=principal,
+            seconds=REFUSED_RENEWAL_SECONDS,
+        )
+        self._refusing.pop(principal, None)
+        self._refusing[principal] = self._clock() + REFUSED_RENEWAL_SECONDS
+        while len(self._refusing) > MAX_KEPT:
+            self._refusing.popitem(last=False)
 
     async def bearer(self, principal: str | None) -> str:
         if principal is None:
@@ -354,6 +384,9 @@ class BearerAuth(httpx2.Auth):
     calls); where that fails, the token still held is sent while it lasts, and the server decides.
     A request the server answers 401 (the token was revoked or rotated before it expired) is sent
     once more with a token obtained anew, where the credential can give one; else the 401 stands.
+    Where the server refuses the new token too, its 401s stand for `REFUSED_RENEWAL_SECONDS`
+    (`Credential.renewal_refused`), the token kept: a server that refuses every exchanged token
+    does not cost an exchange per request.
     """
 
     requires_request_body = True  # a request refused with 401 is sent again, body and all
@@ -396,7 +429,9 @@ class BearerAuth(httpx2.Auth):
         if renewed == secret:
             return
         request.headers["Authorization"] = f"Bearer {renewed}"
-        yield request
+        response = yield request
+        if response.status_code == 401:
+            self._credential.renewal_refused(self._principal)
 
     def sync_auth_flow(self, request: httpx2.Request) -> Any:  # pragma: no cover - connections are async
         raise RuntimeError("BearerAuth is for async clients")
