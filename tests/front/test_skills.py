@@ -142,3 +142,23 @@ async def test_unprefixed_servers_skills_not_listed_as_resources_are_got_from_th
         got = await _raw(client, "skills/get", {"uri": "skill://csv-cleaning/SKILL.md"})
         assert got["skill"]["frontmatter"]["name"] == "csv-cleaning"
         assert _requests(b, "skills/get") == 1 and _requests(a, "skills/get") == 0
+
+
+async def test_a_server_a_reload_removes_no_longer_claims_the_skills_it_listed() -> None:
+    """Its skills as last listed are forgotten: the server that lists the same skill next serves it,
+    where the stale listing would have made its owner ambiguous."""
+    old = skills_server({"pdf-processing": {}}, listed_as_resources=False)
+    new = skills_server({"pdf-processing": {}}, listed_as_resources=False)
+    other = skills_server({"csv-cleaning": {}}, listed_as_resources=False)
+    config = testing.memory_config({"old": {"prefix": ""}, "other": {"prefix": ""}})
+    async with (
+        testing.running_gateway({"old": old, "new": new, "other": other}, config=config) as (gateway, _),
+        Client(gateway.server, mode="legacy") as client,
+    ):
+        uris = ["skill://csv-cleaning/SKILL.md", "skill://pdf-processing/SKILL.md"]
+        assert sorted(e["uri"] for e in (await _raw(client, "skills/list"))["skills"]) == uris
+        await gateway.hub.apply(testing.memory_config({"new": {"prefix": ""}, "other": {"prefix": ""}}), hide=None)
+        assert sorted(e["uri"] for e in (await _raw(client, "skills/list"))["skills"]) == uris
+        got = await _raw(client, "skills/get", {"uri": "skill://pdf-processing/SKILL.md"})
+        assert got["skill"]["frontmatter"]["name"] == "pdf-processing"
+        assert _requests(new, "skills/get") == 1 and _requests(old, "skills/get") == 0

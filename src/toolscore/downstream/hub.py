@@ -533,6 +533,7 @@ class DownstreamHub:
             for key in [k for k in self._instances if k[0] == name]:
                 self._stop(key, "its server's entry changed in the config")
             self._announced.pop(name, None)
+            self.skills.forget(name)
         started = []
         for name in (*changes.added, *changes.changed):
             downstream = self.downstreams[name] = self._downstream(new[name], on_tools_changed=self._rebuild)

@@ -121,6 +121,13 @@ class SkillBook:
         self._manifests.setdefault(server, {}).update(manifest_of(entry))
         return judged_entry
 
+    def forget(self, server: str) -> None:
+        """A reload removed or replaced `server`: its skills as last listed no longer stand (nor
+        claim a file another server lists)."""
+        self._manifests.pop(server, None)
+        self._held.pop(server, None)
+        self._reported.pop(server, None)
+
     def lister(self, uri: str) -> str | None:
         """The one server whose listed files hold `uri` (its own URI), or None."""
         owners = [server for server, files in self._manifests.items() if uri in files]
