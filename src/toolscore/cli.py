@@ -17,7 +17,7 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import MutableMapping, Sequence
+from collections.abc import Mapping, MutableMapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -204,7 +204,25 @@ _TERMINAL_SAFE = {
 """Control characters (C0 but newline, DEL, C1) and the bidirectional overrides, shown as escapes."""
 
 
-def _check(gw: Gateway, as_json: bool, out: list[str]) -> int:
+async def _list_skills(gw: Gateway) -> dict[str, list[str]]:
+    """List the skills of every server that declares them, as a client's first listing would: they
+    are judged (pinned, scanned) then, so `check` reports them with the tools. Per server, what
+    was found (a listing that failed among it)."""
+    from toolscore.scope import NO_CLIENT
+
+    found: dict[str, list[str]] = {}
+    for server in gw.hub.skills.capable():
+        try:
+            await gw.hub.skills.list_server(server, NO_CLIENT)
+            found[server] = gw.hub.skills.problems(server)
+        except Exception as exc:  # a server's failure to list is a finding, not the end of the check
+            found[server] = [f"server '{server}' did not list its skills: {exc}"]
+    return found
+
+
+def _check(gw: Gateway, as_json: bool, out: list[str], skills: Mapping[str, list[str]] | None = None) -> int:
+    """The `check` report (`skills`: what `_list_skills` found, per server)."""
+    skills = skills or {}
     statuses = gw.hub.statuses()
     suspects = [*gw.hub.registry.suspects, *gw.hub.catalog.suspects]
     exposed = _exposed_per_server(gw)
@@ -216,6 +234,7 @@ def _check(gw: Gateway, as_json: bool, out: list[str]) -> int:
                 "tools": exposed.get(s.name, 0),
                 "downstream_tools": s.tools,
                 "poisoning": [p.as_dict() for p in suspects if p.server == s.name],
+                "skills": skills.get(s.name, []),
             }
             for s in statuses
         ]
@@ -231,6 +250,7 @@ def _check(gw: Gateway, as_json: bool, out: list[str]) -> int:
         out.append(_table(table))
         out.extend(f"warning: {problem}" for problem in gw.hub.registry.problems)
         out.extend(f"warning: {p.problem(p.server)}" for p in gw.hub.catalog.suspects)
+        out.extend(f"warning: {problem}" for s in statuses for problem in skills.get(s.name, ()))
     return 0 if all(s.state.value == "up" for s in statuses) else 1
 
 
@@ -346,7 +366,7 @@ async def _one_shot(args: argparse.Namespace, gw: Gateway, out: list[str]) -> in
     """`check`, `tools` or `call`: they report on every server, so past the start-up grace they wait for the rest."""
     await gw.hub.wait_started()
     if args.command == "check":
-        return _check(gw, args.json, out)
+        return _check(gw, args.json, out, await _list_skills(gw))
     if args.command == "tools":
         return _tools(gw, args.json, out, args.capability)
     return await _call(gw, args.tool, args.args, out)

@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import anyio
+import anyio.to_thread
 import pytest
 from mcp import Client
 
@@ -70,6 +72,19 @@ async def test_a_plan_reads_skills_of_a_stdio_server_and_a_change_across_a_resta
     assert "`toolscore pins approve s/skill:pdf-processing`" in steps[1]["error"]
     assert _read(steps[2]).startswith("---\nname: csv-cleaning")  # the other skill is read as before
     assert [r.success for r in reads] == [False, True]
+
+    # `toolscore check` lists the skills as a client would, and reports the held one.
+    entry = {"command": sys.executable, "args": [SKILLS_SERVER], "pinning": "enforce"}
+    entry["env"] = {"PYTHONPATH": str(ROOT), "SKILLS_FIXTURE_FORMS": _CHANGED}
+    config_file = tmp_path / "servers.json"
+    config_file.write_text(json.dumps({"mcpServers": {"s": entry}, "toolscore": {"log_dir": str(tmp_path / "logs")}}))
+    capsys.readouterr()
+    assert await anyio.to_thread.run_sync(main, ["check", "--config", str(config_file)]) == 0  # its own event loop
+    report = capsys.readouterr().out
+    assert "warning:" in report and "pdf-processing" in report and "changed since it was pinned" in report, report
+    assert await anyio.to_thread.run_sync(main, ["check", "--json", "--config", str(config_file)]) == 0
+    [row] = json.loads(capsys.readouterr().out)
+    assert any("pdf-processing" in problem for problem in row["skills"]), row
 
     assert main(["pins", "diff", "s/skill:pdf-processing"]) == 0
     assert "~ file skill://pdf-processing/references/FORMS.md:" in capsys.readouterr().out

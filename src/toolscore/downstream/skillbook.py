@@ -121,6 +121,10 @@ class SkillBook:
         self._manifests.setdefault(server, {}).update(manifest_of(entry))
         return judged_entry
 
+    def problems(self, server: str) -> list[str]:
+        """What `server`'s last listing of its skills was found to have (held or flagged skills)."""
+        return sorted(self._reported.get(server, ()))
+
     def forget(self, server: str) -> None:
         """A reload removed or replaced `server`: its skills as last listed no longer stand (nor
         claim a file another server lists)."""
