@@ -105,6 +105,12 @@ def test_a_disabled_server_may_name_unset_variables() -> None:
         ),
         ({"mcpServers": {}, "constraints": {"tools": {"deny": "x"}}}, "constraints.tools.deny", "a list of tool names"),
         ({"mcpServers": {"a": {"type": "http", "command": "x"}}}, "mcpServers.a", "needs 'url'"),
+        (
+            {"mcpServers": {"a": {"type": "sse", "url": "http://h/sse", "era": "2026-07-28"}}},
+            "mcpServers.a",
+            "not spoken over SSE",
+        ),
+        ({"mcpServers": {"a": {"command": "x", "era": "2025"}}}, "mcpServers.a.era", "2026-07-28"),
         ({"mcpServers": {"a": "x"}}, "mcpServers.a", "must be an object"),
         ({"mcpServers": {}, "toolscore": {"separater": "_"}}, "toolscore.separater", "not permitted"),
         ({"mcpServers": {}, "toolscore": {"separator": "::"}}, "toolscore.separator", "pattern"),

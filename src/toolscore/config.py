@@ -590,6 +590,8 @@ class ServerConfig(BaseModel):
             raise ValueError(f"type '{self.type}' needs 'url', not 'command'")
         if self.credentials is not None and self.url is None:
             raise ValueError("'credentials' is for a server reached by 'url' (http or sse); a stdio server takes 'env'")
+        if self.era == "2026-07-28" and self.type == "sse":
+            raise ValueError("era '2026-07-28' is not spoken over SSE (a handshake-era transport): use 'http'")
         return self
 
     @property
