@@ -212,6 +212,35 @@ async def test_a_client_that_cancels_while_asked_ends_the_call_and_the_server_se
     assert len(ended) == 1 and not ended[0].success, ended
 
 
+async def test_a_client_that_disconnects_while_asked_ends_the_call(gateway: tuple[Gateway, MemoryAuditSink]) -> None:
+    gw, sink = gateway
+    asked = anyio.Event()
+    tool = "m__test_input_required_result_list_roots"
+
+    async def hanging_roots(context: Any) -> mcp_types.ListRootsResult:
+        asked.set()
+        await anyio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    before = len([r for r in sink.records if r.tool == tool])
+    with anyio.fail_after(30):  # a hang detector, under the server's deadline (the default 60 s)
+        async with anyio.create_task_group() as tg:
+
+            async def call_and_leave() -> None:
+                async with handshake_client(gw, list_roots_callback=hanging_roots) as client:
+                    await client.call_tool(tool)
+
+            tg.start_soon(call_and_leave)
+            await asked.wait()
+            tg.cancel_scope.cancel()  # the client's connection closes with its question unanswered
+        while len([r for r in sink.records if r.tool == tool]) == before:  # noqa: ASYNC110 - the sink has no event to wait on
+            await anyio.sleep(0.05)
+    ended = [r for r in sink.records if r.tool == tool][before:]
+    assert len(ended) == 1 and not ended[0].success, ended
+    async with handshake_client(gw, list_roots_callback=roots) as client:  # the server serves on
+        assert text(await client.call_tool(tool)) == "Roots: file:///work/project"
+
+
 async def test_a_plan_step_asks_its_own_client(gateway: tuple[Gateway, MemoryAuditSink]) -> None:
     gw, _ = gateway
     plan = "<m><test_input_required_result_elicitation>{}</test_input_required_result_elicitation></m>"
