@@ -105,6 +105,7 @@ async def test_a_server_that_speaks_only_2026_07_28_gets_one_connection_in_that_
     gw, _ = gateway
     m = gw.hub.downstreams["m"]
     assert m.state is ServerState.UP and m.protocol_version == "2026-07-28"
+    assert m.status().protocol_version == "2026-07-28"  # `toolscore check --json` shows it
     # No second connection: both kinds of client are served on this one.
     assert m.era_for("2025-11-25") == "2026-07-28" and m.modern_version is None
     assert any(tool.name == "test_input_required_result_elicitation" for tool in m.tools)

@@ -110,6 +110,8 @@ class ServerStatus:
     start_seconds: float | None
     error: str | None
     connects: int
+    protocol_version: str | None = None
+    """The main connection's version while up: a handshake-era one, or 2026-07-28."""
 
 
 class _LenientToolsPage(BaseModel):
@@ -313,7 +315,14 @@ class Downstream:
     def status(self) -> ServerStatus:
         """A snapshot of this server's state."""
         return ServerStatus(
-            self.name, self.transport.kind, self.state, len(self.tools), self.start_seconds, self.error, self.connects
+            self.name,
+            self.transport.kind,
+            self.state,
+            len(self.tools),
+            self.start_seconds,
+            self.error,
+            self.connects,
+            self.protocol_version,
         )
 
     def unavailable_reason(self) -> str | None:
