@@ -53,7 +53,7 @@ def modern_only(error: MCPError) -> list[str] | None:
 
 
 class HandshakeClient:
-    """One handshake-era connection, open inside `async with`: `session` is the SDK's session.
+    """One connection to a server, open inside `async with`: `session` is the SDK's session.
 
     Args:
         streams: The transport's connection (entered here, closed on exit).
