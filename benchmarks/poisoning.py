@@ -1,11 +1,16 @@
 """The poisoning scan on its labelled corpus: recall, false positives, and what a scan costs.
 
-    .venv/bin/python benchmarks/poisoning.py [--rounds 200] [--verbose]
+    .venv/bin/python benchmarks/poisoning.py [--rounds 200] [--verbose] [--unseal]
 
 The corpus (`benchmarks/data/poisoning_corpus.json`, docs/security.md says how it was made) holds
 malicious definitions modelled on published tool-poisoning examples and benign ones: the shipped
 stack's own definitions as its pinned packages list them, and hard negatives written after
 reference and widely used servers. A definition counts as flagged when the scan finds anything.
+
+The corpus comes in parts (an entry's `set`; `original` where it has none), each reported on its
+own. A part whose name begins `sealed` is held out: written before the checks it measures were
+changed, and reported in aggregate only (no entry named) unless `--unseal` is given, so that the
+checks are not tuned on its misses.
 
 The costs, per 100 of the shipped stack's tools, in CPU time (best and median of the rounds):
 the scan alone (no memo); pinning at a first connect (each definition hashed and judged, new
@@ -55,47 +60,60 @@ def others_of(entry: dict[str, Any], entries: list[dict[str, Any]]) -> frozenset
     return frozenset(name.lower() for names in entry.get("others", {}).values() for name in names)
 
 
-def run(entries: list[dict[str, Any]]) -> dict[str, list[tuple[dict[str, Any], tuple[Finding, ...]]]]:
-    """Every entry with its findings, by label."""
-    by_label: dict[str, list[tuple[dict[str, Any], tuple[Finding, ...]]]] = {"malicious": [], "benign": []}
+Scanned = list[tuple[dict[str, Any], tuple[Finding, ...]]]
+
+
+def run(entries: list[dict[str, Any]]) -> dict[str, dict[str, Scanned]]:
+    """Every entry with its findings, by part (`set`) and label."""
+    parts: dict[str, dict[str, Scanned]] = {}
     for entry in entries:
         found = scan(entry["kind"], entry["definition"], others=others_of(entry, entries))
-        by_label[entry["label"]].append((entry, found))
-    return by_label
+        part = parts.setdefault(entry.get("set", "original"), {"malicious": [], "benign": []})
+        part[entry["label"]].append((entry, found))
+    return parts
+
+
+def report(name: str, malicious: Scanned, benign: Scanned, *, detail: bool, verbose: bool) -> None:
+    """One part's recall and false positives; with `detail`, the entries missed and flagged."""
+    caught = [e for e, f in malicious if f]
+    flagged = [(e, f) for e, f in benign if f]
+    stack = [(e, f) for e, f in benign if e.get("stack")]
+    recall = f"{len(caught)}/{len(malicious)} = {len(caught) / len(malicious):.3f}" if malicious else "-"
+    print(
+        f"[{name}] {len(malicious)} malicious, {len(benign)} benign"
+        + (f" ({len(stack)} of them the shipped stack's)" if stack else "")
+        + f": recall {recall}; false positives {len(flagged)} of {len(benign)}"
+        + (f" (shipped stack: {sum(1 for _, f in stack if f)} of {len(stack)})" if stack else "")
+    )
+    checks = Counter(f.check for _, found in malicious for f in {f.check: f for f in found}.values())
+    print("  checks firing on malicious definitions:", ", ".join(f"{c} {n}" for c, n in sorted(checks.items())))
+    if not detail:
+        print("  (sealed: entries not named; --unseal names them)")
+        return
+    for entry, found in malicious:
+        if not found:
+            print(f"  missed: {entry['id']}")
+    for entry, found in flagged:
+        print(f"  flagged benign: {entry['id']}: {', '.join(sorted({f.check for f in found}))}")
+    if verbose:
+        for entry, found in malicious + benign:
+            for f in found:
+                print(f"  {entry['id']}: {f.check} {f.severity} {f.where} {f.excerpt!r}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=200, help="scans of the whole stack for the cost figure")
     parser.add_argument("--verbose", action="store_true", help="print every finding")
+    parser.add_argument("--unseal", action="store_true", help="name the entries of the sealed parts too")
     args = parser.parse_args()
 
     entries = json.loads(CORPUS.read_text(encoding="utf-8"))["entries"]
-    by_label = run(entries)
-    malicious, benign = by_label["malicious"], by_label["benign"]
-    caught = [e for e, f in malicious if f]
-    flagged = [(e, f) for e, f in benign if f]
-    stack = [(e, f) for e, f in benign if e.get("stack")]
-    print(
-        f"corpus: {len(entries)} definitions, {len(malicious)} malicious, {len(benign)} benign "
-        f"({len(stack)} of them the shipped stack's)"
-    )
-    print(f"recall: {len(caught)}/{len(malicious)} = {len(caught) / len(malicious):.3f}")
-    print(
-        f"false positives: {len(flagged)} of {len(benign)} benign; "
-        f"shipped stack: {sum(1 for _, f in stack if f)} of {len(stack)}"
-    )
-    for entry, _ in malicious:
-        if entry not in caught:
-            print(f"  missed: {entry['id']}")
-    for entry, found in flagged:
-        print(f"  flagged benign: {entry['id']}: {', '.join(sorted({f.check for f in found}))}")
-    checks = Counter(f.check for _, found in malicious for f in {f.check: f for f in found}.values())
-    print("checks firing on malicious definitions:", ", ".join(f"{c} {n}" for c, n in sorted(checks.items())))
-    if args.verbose:
-        for entry, found in malicious + benign:
-            for f in found:
-                print(f"  {entry['id']}: {f.check} {f.severity} {f.where} {f.excerpt!r}")
+    parts = run(entries)
+    print(f"corpus: {len(entries)} definitions in {len(parts)} parts")
+    for name, part in parts.items():
+        detail = args.unseal or not name.startswith("sealed")
+        report(name, part["malicious"], part["benign"], detail=detail, verbose=args.verbose)
 
     stack = [e for e in entries if e.get("stack") and e["kind"] == "tool"]
     tools = [(e["definition"], others_of(e, entries)) for e in stack]

@@ -49,7 +49,7 @@ def others_of(entry: dict[str, Any], entries: list[dict[str, Any]]) -> frozenset
 
 
 def test_the_corpus_figures_hold() -> None:
-    entries = corpus_entries()
+    entries = [e for e in corpus_entries() if "set" not in e]  # the original part; the others below
     malicious = [e for e in entries if e["label"] == "malicious"]
     benign = [e for e in entries if e["label"] == "benign"]
     assert len(entries) >= 50 and len(malicious) >= 25 and len(benign) >= 25
