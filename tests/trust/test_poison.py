@@ -261,6 +261,11 @@ def best_cpu(work: Callable[[], object], repeat: int = 3) -> float:
         "access send. key ",  # a secret's words, never in one sentence
         "don't't x.y!? ",  # marks inside words, an apostrophe's run the quick tokenizer leaves to the pattern
         "\u2014\u00e9't ",  # not ASCII: folded character by character
+        "\u0430",  # Cyrillic look-alikes, none beside a Latin letter
+        "\u0430a ",  # look-alikes in Latin words, everywhere
+        "\u6307\u4ee4\u5ffd\u7565",  # another language's override, matching everywhere
+        "usuario no dig ",  # another language's secrecy words, never in order
+        "[ system \nassistant decode aGVsbG8gd29ybGQ= ",  # markers' starts, a decode hint and a short run
     ],
 )
 def test_the_scan_is_linear_in_its_input(unit: str) -> None:

@@ -19,8 +19,10 @@ that could backtrack; phrases are matched over word tokens with bounded gaps.
 
 from __future__ import annotations
 
+import base64
 import bisect
 import functools
+import itertools
 import re
 import unicodedata
 from collections.abc import Collection, Iterator, Mapping, Sequence
@@ -185,6 +187,8 @@ def _fold(text: str, skeleton: list[str] | None = None) -> tuple[str, list[int] 
     at = 0
     for run in _NON_ASCII.finditer(text):  # ASCII stretches in bulk; only the rest char by char
         start, end = run.span()
+        # Latin letters can only be beside the run's ends: a run with none there maps nothing.
+        latin = (start > 0 and _ascii_letter(text[start - 1])) or (end < len(text) and _ascii_letter(text[end]))
         pieces.append(text[at:start].lower())
         if skeleton is not None:
             skeleton.append(pieces[-1])
@@ -193,7 +197,10 @@ def _fold(text: str, skeleton: list[str] | None = None) -> tuple[str, list[int] 
             ch = text[i]
             if _SUSPECT.match(ch):
                 continue
-            folded = unicodedata.normalize("NFKC", ch).casefold().replace("\u2019", "'")
+            if latin and ch in _CONFUSABLE and _latin_beside(text, i):  # `раss` in a Latin word reads `pass`
+                folded = _CONFUSABLE[ch]
+            else:
+                folded = unicodedata.normalize("NFKC", ch).casefold().replace("\u2019", "'")
             pieces.append(folded.lower())
             if skeleton is not None:
                 skeleton.append("".join(c if c.isascii() else "ª" if c.isalnum() else " " for c in pieces[-1]))
@@ -207,6 +214,35 @@ def _fold(text: str, skeleton: list[str] | None = None) -> tuple[str, list[int] 
 
 
 _NON_ASCII = re.compile(r"[^\x00-\x7f]+")
+# Cyrillic and Greek letters that look like Latin ones, read as Latin inside a Latin word (a word
+# of a Cyrillic or Greek text is left alone: only a mixed word is a disguise).
+_CONFUSABLE = dict(
+    zip(
+        "аеорсухіјѕԁӏАВЕКМНОРСТХІЈЅοανρτυικΑΒΕΖΗΙΚΜΝΟΡΤΥΧ",
+        "aeopcyxijsdlabekmhopctxijsoavptuikabezhikmnoptyx",
+        strict=True,
+    )
+)
+_MIXED = re.compile(
+    "[A-Za-z][" + "".join(_CONFUSABLE) + "]|[" + "".join(_CONFUSABLE) + "][A-Za-z]"
+)  # fmt: skip
+
+
+def _ascii_letter(ch: str) -> bool:
+    return ch.isascii() and ch.isalpha()
+
+
+def _latin_beside(text: str, i: int) -> bool:
+    """Whether a Latin letter is beside `text[i]`, through at most two other look-alikes."""
+    for step in (-1, 1):
+        j = i + step
+        while 0 <= j < len(text) and text[j] in _CONFUSABLE and abs(j - i) < 4:  # bounded per character
+            j += step
+        if 0 <= j < len(text) and text[j].isascii() and text[j].isalpha():
+            return True
+    return False
+
+
 _ASCII_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 """The ASCII part of `_SUSPECT` (the texts are joined with newlines, which are no finding)."""
 
@@ -217,17 +253,24 @@ _ASCII_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 # Every alternative starts with a literal character (a lookbehind comes after it), so the engine
 # skips ahead to the few places one could start.
 _CREDENTIAL = re.compile(
-    r"~/\.ssh(?:/(?!config\b|known_hosts\b)|(?![\w/-]))"
-    r"|\.ssh/id_|i(?<![a-z0-9]i)d_(?:rsa|dsa|ecdsa|ed25519)(?![a-z0-9])"
+    r"~/\.ssh(?:/(?!config\b|known_hosts\b|id_\w+\.pub\b)|(?![\w/-]))"
+    r"|\.ssh/id_(?!\w+\.pub\b)|i(?<![a-z0-9]i)d_(?:rsa|dsa|ecdsa|ed25519)(?![a-z0-9]|\.pub\b)"
     r"|\.aws/credentials|\.netrc\b|\.pgpass\b|\.git-credentials\b|\.npmrc\b|\.pypirc\b"
     r"|\.docker/config\.json|\.kube/config\b|\.gnupg\b|\.config/gcloud|application_default_credentials\.json"
     r"|m(?<![\w-]m)cp\.json\b|claude_desktop_config\.json|/etc/shadow\b|/etc/passwd\b"
-    r"|\.bash_history\b|\.zsh_history\b|\.(?<![\w.]\.)env(?!\w)"
+    r"|\.bash_history\b|\.zsh_history\b|\.(?<![\w.]\.)env(?!\w|\.(?:example|sample|template|dist)\b)"
 )
+# One alternative per first character, so the engine tests each position against `<` and `[` only.
 _MARKER = re.compile(
-    r"<\s*/?\s*(?:important|system|instructions?|secret|hidden|admin|critical|assistant|sys)\s*>"
-    r"|<!--|<\|(?:im_start|im_end|system|endoftext)\|>|\[/?inst\]|<</?sys>>"
+    r"<(?:\s*(?:/\s*)?(?:important|system|instructions?|secret|hidden|admin|critical|assistant|sys)\s*>"
+    r"|!--|\|(?:im_start|im_end|system|endoftext)\|>|</?sys>>)"
+    r"|\[(?:/?inst\]"
+    r"|//\]:|comment\]:"  # a markdown comment: `[//]: # (...)` renders as nothing
+    r"|\s*(?:system|admin|assistant)(?:\s+(?:notice|message|note|override|update|prompt))?\s*\])"
 )
+# A line (or parenthesis) that opens by addressing the model: `assistant:`, `ai:`, `llm:`.
+_ADDRESSED = re.compile(r"^[ \t]*(?:assistant|ai|llm)[ \t]*:|\((?:assistant|ai|llm)[ \t]*:", re.MULTILINE)
+_ADDRESSEES = frozenset({"assistant", "ai", "llm"})
 _URL = re.compile(r"https?://[^\s<>\"'`)\]]+")
 _AT_DOMAIN = re.compile(r"@[a-z0-9-]+(?:\.[a-z0-9-]+)+")
 _PHONE = re.compile(r"\+\d[\d ().-]{7,18}\d")
@@ -317,7 +360,32 @@ _PHRASES = (
         (_w("other previous prior all any your existing system"), 2),
         (_INSTR, 1),
     ),
-    _p("hidden.override", Severity.HIGH, _OVERRIDE, (_w("new"), 0), (_w("instructions directives"), 0)),
+    # "new instructions" alone is also what a tool that writes AGENTS.md does: the model told to follow them.
+    _p(
+        "hidden.override",
+        Severity.HIGH,
+        _OVERRIDE,
+        (_w("follow obey apply"), 0),
+        (_w("new updated"), 2),
+        (_w("instructions directives"), 0),
+    ),
+    _p(
+        "hidden.override",
+        Severity.HIGH,
+        _OVERRIDE,
+        (_w("new updated"), 0),
+        (_w("instructions directives"), 0),
+        (_w("follow apply supersede override replace"), 2),
+    ),
+    _p("hidden.override", Severity.MEDIUM, _OVERRIDE, (_w("from"), 0), (_w("now"), 0), (_w("on"), 0)),
+    _p(
+        "hidden.override",
+        Severity.HIGH,
+        _OVERRIDE,
+        (_w("regardless irrespective matter"), 0),
+        (_w("of what whatever"), 1),
+        (_USER, 2),
+    ),
     _p("hidden.override", Severity.HIGH, _OVERRIDE, (_w("you"), 0), (_w("are"), 0), (_w("now"), 0)),
     _p("hidden.secrecy", Severity.HIGH, _SECRECY, (_NEG, 0), (_COMM, 2), (_USER, 4)),
     _p("hidden.secrecy", Severity.HIGH, _SECRECY, (_USER, 0), (_NEG, 3), (_KNOW, 3)),
@@ -327,8 +395,63 @@ _PHRASES = (
         "hidden.secrecy",
         Severity.HIGH,
         _SECRECY,
+        (_w("keep"), 0),
+        (_w("it this that these them"), 1),
+        (_w("from"), 0),
+        (_USER, 1),
+    ),
+    _p(
+        "hidden.secrecy",
+        Severity.HIGH,
+        _SECRECY,
+        (_w("without"), 0),
+        (_w("telling informing mentioning notifying alerting"), 0),
+        (_w("them anyone anybody"), 1),
+    ),
+    # Imperative only ("do not ask", "never ask"): "it does not ask for confirmation" says what a tool does.
+    _p(
+        "hidden.no_confirm",
+        Severity.HIGH,
+        "text that tells the model not to ask the user first",
+        (_w("do"), 0),
+        (_w("not"), 0),
+        (_w("ask seek request"), 0),
+        (_w("confirmation permission approval consent"), 4),
+    ),
+    _p(
+        "hidden.no_confirm",
+        Severity.HIGH,
+        "text that tells the model not to ask the user first",
+        (_w("don't never"), 0),
+        (_w("ask seek request"), 0),
+        (_w("confirmation permission approval consent"), 4),
+    ),
+    _p(
+        "hidden.preference",
+        Severity.MEDIUM,
+        "text that steers the model away from other tools",
+        (_w("never"), 0),
+        (_w("use call invoke"), 1),
+        (_w("other another any"), 1),
+        (_w("tool tools server servers"), 2),
+    ),
+    _p(
+        "hidden.preference",
+        Severity.MEDIUM,
+        "text that steers the model away from other tools",
+        (_w("other"), 0),
+        (_w("tool tools"), 2),
+        (_w("must should"), 3),
+        (_w("never not"), 0),
+        (_w("be"), 0),
+        (_w("used called invoked"), 0),
+    ),
+    _p(
+        "hidden.secrecy",
+        Severity.HIGH,
+        _SECRECY,
         (_w("silently secretly covertly quietly discreetly"), 0),
-        (_ACTION, 0),
+        (_ACTION | _WRITE | _w("run execute replace copy change call"), 1),
     ),
     _p(
         "hidden.trigger",
@@ -344,6 +467,7 @@ _PHRASES = (
         _TRIGGER,
         (_w("always"), 0),
         (_w("call use run invoke execute"), 1),
+        (_w("this it"), 1),  # the tool itself: "always call list_tables first" is a server's own advice
         (_w("first before beforehand"), 3),
     ),
     _p(
@@ -360,9 +484,83 @@ _PHRASES = (
         Severity.MEDIUM,
         _REDIRECT,
         (_w("change changing redirect redirecting rewrite"), 0),
-        (_w("recipient recipients destination receiver addressee"), 2),
+        (_w("recipient recipients destination receiver addressee beneficiary payee"), 2),
+    ),
+    _p(
+        "shadow.redirect",
+        Severity.MEDIUM,
+        _REDIRECT,
+        (_w("recipient recipients destination receiver addressee beneficiary payee"), 0),
+        (_w("must should"), 3),
+        (_w("be"), 0),
+        (_w("replaced changed swapped redirected"), 0),
     ),
 )
+
+# ---------------------------------------------------------------------------------------------
+# Other languages: the two commonest instructions (drop your instructions; do not tell the user)
+# in Spanish, Portuguese, French, Italian, German, Russian, Chinese and Japanese, as stems. Each
+# pattern starts with a literal and its gap is bounded, and both parts must sit in one sentence.
+
+_FOREIGN_OVERRIDE = re.compile(
+    r"(?:ignor|olvid|oubli|dimentic|vergiss|missacht|игнорир|забудь|忽略|无视|無視|忘记)"
+    r"[^\n.!?。！？]{0,60}?"
+    r"(?:instruc|instruç|istruzion|consigne|anweisung|vorgabe|indicaç|indicacion|инструкц|указани|指令|指示|命令|提示)"
+    r"|(?:指令|指示|命令)[^\n.!?。！？]{0,12}?(?:無視|无视|忽略)"  # the object first, as Japanese has it
+)
+_FOREIGN_USER_NEEDS = (
+    "usuari",
+    "utilisateur",
+    "utente",
+    "nutzer",
+    "anwender",
+    "пользовател",
+    "用户",
+    "用戶",
+    "ユーザー",
+)
+_FOREIGN_USER = re.compile("|".join(_FOREIGN_USER_NEEDS))
+_FOREIGN_OVERRIDE_NEEDS = ("instruc", "instruç", "istruzion", "consigne", "anweisung", "vorgabe", "indica", "инструкц",
+                           "указани", "指令", "指示", "命令", "提示")  # fmt: skip
+# Negation, then telling (within a few words): `no le digas`, `ne dis rien`, `sans informer`,
+# `non dire`, `não conte`, `не сообщая`, `不要告诉`, `伝えないで` (Japanese negates after the verb).
+_FOREIGN_HUSH = re.compile(
+    r"(?:\b(?:no|ne|n'|non|não|nao|sans|sin|senza|sem|nicht|nichts|kein\w*|ohne|не|без)\b|不要|别|別|勿)"
+    r"[^\n.!?。！？]{0,24}?"
+    r"(?:dig|dis|dit|cont|cuent|mencion|mention|menzion|inform|avis|avert|prév|rivel|révél|revel|sag|erwähn|"
+    r"verrat|mitteil|benachrichtig|сообщ|говор|рассказ|упомин|информ|告诉|告訴|通知|提及|透露|让用户知道|dir)"
+    r"|(?:伝え|知らせ|言わ|教え)ない"
+)
+# German puts the negation after the verb: `sag dem Benutzer nichts`, `erwähne das ... nicht`.
+_FOREIGN_HUSH_AFTER = re.compile(r"\b(?:sag|erwähn|verrat|teil)[^\n.!?]{0,48}?\b(?:nicht|nichts)\b")
+_FOREIGN_WORDS = _w(
+    "ignora ignore ignoriere ignorieren ignorar ignorer olvida oublie dimentica vergiss instrucciones"
+    " istruzioni anweisungen consignes usuario utilisateur utente benutzer nutzer"
+)
+"""ASCII words that make an ASCII text worth the other languages' patterns (a text that is not
+ASCII is always worth them)."""
+_FOREIGN_MESSAGES = {"hidden.override": _OVERRIDE, "hidden.secrecy": _SECRECY}
+_MIXED_MESSAGE = "a word mixing Latin letters with Cyrillic or Greek look-alikes"
+
+
+def _foreign(folded: str) -> Iterator[tuple[str, tuple[int, int]]]:
+    """(check, span) of each instruction of the foreign lexicon in the folded text. Each pattern
+    runs only where one of the words it needs is a substring (a test in C, where the pattern
+    would try every character)."""
+    if any(stem in folded for stem in _FOREIGN_OVERRIDE_NEEDS):
+        for m in itertools.islice(_FOREIGN_OVERRIDE.finditer(folded), 8):  # a few say enough
+            yield "hidden.override", m.span()
+    if not any(stem in folded for stem in _FOREIGN_USER_NEEDS):
+        return
+    for user in itertools.islice(_FOREIGN_USER.finditer(folded), 16):
+        begin, end = _sentence_around(folded, *user.span())
+        begin, end = max(begin, user.start() - 160), min(end, user.end() + 160)  # bounded work per name
+        hush = _FOREIGN_HUSH.search(folded, begin, end) or _FOREIGN_HUSH_AFTER.search(folded, begin, end)
+        if hush is not None:
+            yield "hidden.secrecy", (min(hush.start(), user.start()), max(hush.end(), user.end()))
+            return
+
+
 _FIRST: dict[str, list[tuple[int, _Phrase]]] = {}
 """Per first word, the phrases it starts, in `_PHRASES` order, each with its index there."""
 for _n, _phrase in enumerate(_PHRASES):
@@ -435,6 +633,37 @@ _CLASSES = bytes(
     for c in range(256)
 )  # fmt: skip
 _ENCODED_RUN = b"a" * 64
+_SHORT_RUN = b"a" * 16
+_SHORT_ENCODED = re.compile(r"(?<![A-Za-z0-9+/])[A-Za-z0-9+/]{16,63}={0,2}(?![A-Za-z0-9+/=])")
+_FILE_ACTS = (
+    _w("cat copy copies copying paste pasting print dump contents content open opens opening reads includes passes")
+    | _ACTION
+    | _WRITE
+)
+_DECODED_MESSAGE = "base64 that decodes to text the scan flags"
+# A short run is decoded only where the text speaks of decoding: the model must be told to.
+_DECODE_WORDS = _w("decode decoded decoding decodes base64 b64 encoded deobfuscate")
+
+
+def _json(run: str) -> bool:
+    """Whether a base64 run encodes JSON (a JSON Web Token's parts): data, not words for the model."""
+    return run.startswith("eyJ")
+
+
+def _decodes_to_findings(run: str) -> bool:
+    """Whether `run` is base64 of UTF-8 text that the scan flags: a short run is far more often an
+    id or a key than a payload, so only what it says counts."""
+    try:
+        text = base64.b64decode(run + "=" * (-len(run) % 4), validate=True).decode("utf-8")
+    except ValueError:  # binascii.Error and UnicodeDecodeError are both ValueErrors
+        return False
+    if not text.isprintable():
+        return False
+    state = _Scan("tool", {"description": text}, _NO_NAMES, nested=True)
+    state.run()
+    return bool(state.out)
+
+
 # The pieces of folded ASCII text (or of a skeleton, `_fold`): its letters and digits kept, the
 # rest made spaces, then split.
 _PIECE_BYTES = bytes(c if (chr(c).isascii() and chr(c).isalnum()) or chr(c) == "ª" else ord(" ") for c in range(256))
@@ -477,6 +706,10 @@ _WATCHED = (
     | _SECRETS
     | _SECRET_TAILS
     | _WRITE  # `_STRONG_WRITE` is within it
+    | _ADDRESSEES
+    | _FOREIGN_WORDS
+    | _DECODE_WORDS
+    | _FILE_ACTS
 )
 """Every word run a check asks `_Scan.present` about (with another server's tools' last pieces, `_Names`)."""
 assert _STRONG_WRITE <= _WRITE
@@ -511,7 +744,7 @@ class _Scan:
     _spans: list[tuple[int, int]] | None = None
     _network: bool | None = None
 
-    def __init__(self, kind: str, definition: Mapping[str, Any], others: _Names) -> None:
+    def __init__(self, kind: str, definition: Mapping[str, Any], others: _Names, *, nested: bool = False) -> None:
         self.kind = kind
         self.definition = definition
         self.others = others
@@ -545,6 +778,19 @@ class _Scan:
             else:
                 self.present = _present("".join(skeleton), True, others.watched)
         self.encoded = classes.find(_ENCODED_RUN) >= 0
+        self.classes = classes
+        self.letters = (
+            frozenset(ch for run in _NON_ASCII.findall(joined) for ch in run if ch.isalpha())
+            if self.where is not None
+            else frozenset()
+        )
+        self.nested = nested  # a decoded payload's scan: it decodes nothing further
+
+    def _acts_on_files(self) -> bool:
+        """Whether the definition asks for something to be done with a file it names (read, pass,
+        send, paste its contents...), or is in another language, where the verbs are not known:
+        naming `~/.aws/credentials` as where a tool finds its profile is documentation."""
+        return self.where is not None or not self.present.isdisjoint(_FILE_ACTS)
 
     def network(self) -> bool:
         """Whether the tool plausibly uses the network (asked only of a text with a URL)."""
@@ -602,20 +848,39 @@ class _Scan:
         folded = self.folded
         # Each pattern runs only where the word set (or a substring test) says it could match.
         if not self.present.isdisjoint(_CREDENTIAL_WORDS) or "id_" in folded:
-            for m in _CREDENTIAL.finditer(folded):
+            for m in _CREDENTIAL.finditer(folded) if self._acts_on_files() else ():
                 self.add("exfil.credential_path", Severity.HIGH, m.span(), "a credential file or directory",
                          prose_only=False)  # fmt: skip
         if "<" in folded or "[" in folded:
             for m in _MARKER.finditer(folded):
                 self.add("hidden.marker", Severity.HIGH, m.span(), "a tag or role marker addressed to the model")
+        if not self.present.isdisjoint(_ADDRESSEES) and ":" in folded:
+            for m in _ADDRESSED.finditer(folded):
+                self.add("hidden.marker", Severity.MEDIUM, m.span(), "a line addressed to the model")
+        # Letters that are not ASCII (not a dash or an emoji): look-alikes in a Latin word, another language.
+        letters = self.letters
+        if letters and not letters.isdisjoint(_CONFUSABLE):
+            for m in _MIXED.finditer(self.joined):
+                self.add("unicode.mixed_script", Severity.MEDIUM, m.span(), _MIXED_MESSAGE, folded=False,
+                         prose_only=False)  # fmt: skip
+                break
         if self.encoded:
             for m in _ENCODED.finditer(self.joined):
                 run = m.group()
-                if not run.islower() and not run.isupper() and any(c.isdigit() for c in run):
+                if not run.islower() and not run.isupper() and any(c.isdigit() for c in run) and not _json(run):
                     self.add("hidden.encoded", Severity.MEDIUM, m.span(), "a long encoded payload", folded=False)
+        elif not self.nested and not self.present.isdisjoint(_DECODE_WORDS) and self.classes.find(_SHORT_RUN) >= 0:
+            for m in itertools.islice(_SHORT_ENCODED.finditer(self.joined), 8):
+                if _decodes_to_findings(m.group()):
+                    self.add("hidden.encoded", Severity.HIGH, m.span(), _DECODED_MESSAGE, folded=False)
         if "@" in folded or "+" in folded:
             self._recipients()
         self._words()
+        if letters or not self.present.isdisjoint(_FOREIGN_WORDS):
+            said = {f.check for f in self.out}  # French "ignore ... instructions" is the English phrase's too
+            for check, span in _foreign(folded):
+                if check not in said:
+                    self.add(check, Severity.HIGH, span, _FOREIGN_MESSAGES[check])
 
     def _unicode(self) -> None:
         text = self.joined
@@ -642,10 +907,10 @@ class _Scan:
             local = m.start()
             while local > 0 and m.start() - local < 64 and folded[local - 1] in _LOCAL_PART:
                 local -= 1
-            if local < m.start():
+            if local < m.start() and not _example(folded, local):
                 self.add("exfil.recipient", Severity.HIGH, (local, m.end()), "a hard-coded e-mail address")
         for m in _PHONE.finditer(folded):
-            if sum(c.isdigit() for c in m.group()) >= 9:
+            if sum(c.isdigit() for c in m.group()) >= 9 and not _example(folded, m.start()):
                 self.add("exfil.recipient", Severity.HIGH, m.span(), "a hard-coded phone number")
 
     def _words(self) -> None:
@@ -671,7 +936,7 @@ class _Scan:
         if ":" in folded and "http" in folded and not self.network():  # only a text with a URL: most have none
             for m in _URL.finditer(folded):
                 sentence = set(_TOKEN.findall(folded, *_sentence_around(folded, *m.span())))
-                if not sentence.isdisjoint(_NET_VERBS) or "?" in m.group() or "{" in m.group():
+                if not sentence.isdisjoint(_NET_VERBS) or _templated(folded, m):
                     self.add("exfil.url", Severity.MEDIUM, m.span(), "a URL to send to, in a tool without network use")
         if self.others.always or not present.isdisjoint(self.others.lasts):  # else no name can be there
             self._shadowing(present)
@@ -692,6 +957,21 @@ class _Scan:
         for name in named:
             for m in re.finditer(rf"(?<![\w.-])(?:\w*_)?{re.escape(name)}(?![\w-])", self.folded):
                 self.add("shadow.other_tool", Severity.HIGH, m.span(), "names another server's tool")
+
+
+def _templated(folded: str, url: re.Match[str]) -> bool:
+    """Whether a URL has a slot for the model to fill (`{conversation}`, `<the last message>`)."""
+    return "{" in url.group() or folded[url.end() : url.end() + 1] == "<"
+
+
+def _example(folded: str, at: int) -> bool:
+    """Whether the text just before `at` introduces an example (`e.g.`, `for example`, `such as`):
+    a format shown to the model, not a recipient to use."""
+    before = folded[max(0, at - 24) : at]
+    return any(marker in before for marker in _EXAMPLE_MARKERS)
+
+
+_EXAMPLE_MARKERS = ("e.g", "example", "such as", "for instance", "like ")
 
 
 def _sentence_around(text: str, start: int, end: int) -> tuple[int, int]:
@@ -720,7 +1000,7 @@ def _secrets(words: list[str], present: frozenset[str]) -> Iterator[tuple[int, i
         stop = ends[n] if n < len(ends) else len(words)
         if (act := acting.get(begin)) is None:
             act = acting[begin] = not _ACTION.isdisjoint(words[begin:stop])
-        if not act:
+        if not act or not _NEG.isdisjoint(words[max(begin, i - 2) : i]):  # "never the private key"
             continue
         if words[i] in _SECRET_WORDS:
             yield i, i
