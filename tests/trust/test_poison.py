@@ -58,10 +58,28 @@ def test_the_corpus_figures_hold() -> None:
     caught = [e["id"] for e in malicious if scan(e["kind"], e["definition"], others=others_of(e, entries))]
     flagged = [e["id"] for e in benign if scan(e["kind"], e["definition"], others=others_of(e, entries))]
     assert len(caught) / len(malicious) >= 0.95, sorted({e["id"] for e in malicious} - set(caught))
-    assert len(flagged) <= 1, flagged
+    assert not flagged, flagged
     stack = [e["id"] for e in benign if e.get("stack")]
     assert len(stack) >= 50
-    assert not set(flagged) & set(stack), flagged
+
+
+@pytest.mark.parametrize(
+    ("part", "caught", "flagged"),
+    [
+        ("sealed-2", 33, 8),  # held out: measured once, after the last change (docs/security.md)
+        ("tuning-2", 25, 1),
+    ],
+)
+def test_each_later_part_holds_its_figures(part: str, caught: int, flagged: int) -> None:
+    entries = corpus_entries()
+    mine = [e for e in entries if e.get("set") == part]
+    malicious = [e for e in mine if e["label"] == "malicious"]
+    benign = [e for e in mine if e["label"] == "benign"]
+    assert len(malicious) >= 25 and len(benign) >= 24
+    hits = [e["id"] for e in malicious if scan(e["kind"], e["definition"], others=others_of(e, entries))]
+    alarms = [e["id"] for e in benign if scan(e["kind"], e["definition"], others=others_of(e, entries))]
+    assert len(hits) >= caught, sorted({e["id"] for e in malicious} - set(hits))
+    assert len(alarms) <= flagged, alarms
 
 
 def test_the_corpus_ids_are_unique_and_labelled() -> None:

@@ -2,15 +2,17 @@
 
 A definition's text reaches the model verbatim, so a server can hide instructions in it: Unicode a
 person cannot see (tag characters, zero-width and bidi controls, private-use code points, runs of
-variation selectors, terminal escapes), phrasing aimed at the model (`<IMPORTANT>`, "ignore previous
-instructions", "do not tell the user"), exfiltration hints (credential paths, secrets to pass along,
+variation selectors, terminal escapes, Cyrillic look-alikes in Latin words), phrasing aimed at the
+model (`<IMPORTANT>`, "ignore previous instructions", "do not tell the user", "do not ask for
+confirmation"), exfiltration hints (credential paths, secrets to pass along,
 URLs in a tool that has no business with the network, a hard-coded recipient), redirection of
 another server's tools, and a description that contradicts the tool's read-only claim.
 
 `scan(kind, definition, others=...)` returns `Finding`s: a check id, a severity, where in the
 definition (`description`, `inputSchema.properties.note.description`, ...), the offending span of
-that text and a printable excerpt. The checks are word lists and literal patterns, tuned on the
-labelled corpus in `benchmarks/data/poisoning_corpus.json` (docs/security.md says how it was made).
+that text and a printable excerpt. The checks are word lists and literal patterns (English, and
+the commonest instructions in eight other languages), tuned on the labelled corpus in
+`benchmarks/data/poisoning_corpus.json`, whose held-out part measures them (docs/security.md).
 
 Linear in the input: every text is cut to `MAX_TEXT` characters and a definition to `MAX_TOTAL`;
 the regular expressions start with a literal or a character class and have no nested quantifiers
