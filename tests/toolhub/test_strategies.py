@@ -1,6 +1,10 @@
-"""Capability calls over two real search servers (SDK, subprocesses) with different latencies and
+"""Capability calls over two real search servers (SDK, in this process) with different latencies and
 failure patterns: first_success cancels the loser, all merges, fallback keeps order, and the
-order learns from the audit stream."""
+order learns from the audit stream. The CLI's listing runs them as subprocesses.
+
+The strategies are the gateway's, not the transport's: the servers run in memory (a real SDK
+server behind a real client session), each test's own, and only the CLI test starts processes.
+"""
 
 from __future__ import annotations
 
@@ -15,18 +19,35 @@ from typing import Any
 import pytest
 from mcp import Client
 
-from tests.conftest import FIXTURES, TOOLSCORE, make_config, running_gateway, text, wait_for, write_config
-from toolscore import Gateway, MemoryAuditSink
+from tests.conftest import FIXTURES, TOOLSCORE, text, wait_for, write_config
+from tests.fixtures.search_server import build_search_server
+from toolscore import Gateway, MemoryAuditSink, testing
 
-pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
+pytestmark = pytest.mark.anyio
 
 SEARCH_SERVER = str(FIXTURES / "search_server.py")
 
 
 def engine(state: Path, name: str, latency: float, **extra: Any) -> dict[str, Any]:
+    """A servers.json entry running the search server as a stdio subprocess (for the CLI)."""
     env = {"SEARCH_ENGINE": name, "SEARCH_LATENCY": str(latency), "SEARCH_STATE_DIR": str(state)}
     env.update(extra.pop("env", {}))
     return {"command": sys.executable, "args": [SEARCH_SERVER], "env": env, **extra}
+
+
+@asynccontextmanager
+async def in_memory(
+    tmp_path: Path, engines: dict[str, tuple[float, str]], entries: dict[str, dict[str, Any]], **sections: Any
+) -> AsyncIterator[tuple[Gateway, MemoryAuditSink]]:
+    """A gateway over search servers in this process: `engines` maps each name to its (latency,
+    query parameter), `entries` to its servers.json options; markers go to `tmp_path`."""
+    servers = {
+        name: build_search_server(name, tmp_path, latency=latency, query_arg=query_arg)
+        for name, (latency, query_arg) in engines.items()
+    }
+    config = testing.memory_config({name: entries.get(name, {}) for name in engines}, **sections)
+    async with testing.running_gateway(servers, config=config) as pair:
+        yield pair
 
 
 @asynccontextmanager
@@ -34,21 +55,15 @@ async def engines(
     tmp_path: Path, fast: float = 0.05, slow: float = 5.0, *, strategy: str = "first_success", **alpha: Any
 ) -> AsyncIterator[tuple[Gateway, MemoryAuditSink]]:
     """alpha (fast, `query`) and beta (slow, `q`, mapped from `query`), both tagged `search`."""
-    config = make_config(
+    async with in_memory(
+        tmp_path,
+        {"alpha": (fast, "query"), "beta": (slow, "q")},
         {
-            "alpha": engine(tmp_path, "alpha", fast, capabilities={"web_search": ["search"]}, **alpha),
-            "beta": engine(
-                tmp_path,
-                "beta",
-                slow,
-                env={"SEARCH_QUERY_ARG": "q"},
-                capabilities={"web_search": ["search"]},
-                argument_maps={"web_search": {"query": "q"}},
-            ),
+            "alpha": {"capabilities": {"web_search": ["search"]}, **alpha},
+            "beta": {"capabilities": {"web_search": ["search"]}, "argument_maps": {"web_search": {"query": "q"}}},
         },
         toolscore={"startup_grace_seconds": None, "toolhub": {"capabilities": {"search": {"strategy": strategy}}}},
-    )
-    async with running_gateway(config, tmp_path) as pair:
+    ) as pair:
         yield pair
 
 
@@ -130,14 +145,10 @@ async def test_a_failing_server_moves_down_and_back_up_once_it_recovers(tmp_path
 
 
 async def test_a_candidate_whose_schema_cannot_be_met_is_skipped_visibly(tmp_path: Path) -> None:
-    config = make_config(
-        {
-            "alpha": engine(tmp_path, "alpha", 0.0, capabilities=["search"]),
-            # A required `url` is no query by another name (a `q` would now be filled with it).
-            "beta": engine(tmp_path, "beta", 0.0, env={"SEARCH_QUERY_ARG": "url"}, capabilities=["search"]),
-        }
-    )
-    async with running_gateway(config, tmp_path) as (gw, _), Client(gw.server) as client:
+    # A required `url` is no query by another name (a `q` would now be filled with it).
+    servers = {"alpha": (0.0, "query"), "beta": (0.0, "url")}
+    entries = {"alpha": {"capabilities": ["search"]}, "beta": {"capabilities": ["search"]}}
+    async with in_memory(tmp_path, servers, entries) as (gw, _), Client(gw.server) as client:
         result = await client.call_tool(
             "call_capability", {"capability": "search", "arguments": {"query": "mcp"}, "strategy": "all"}
         )
@@ -151,8 +162,8 @@ async def test_a_candidate_whose_schema_cannot_be_met_is_skipped_visibly(tmp_pat
 
 
 async def test_near_equal_tools_on_two_servers_are_one_capability(tmp_path: Path) -> None:
-    config = make_config({"alpha": engine(tmp_path, "alpha", 0.0), "beta": engine(tmp_path, "beta", 0.3)})
-    async with running_gateway(config, tmp_path) as (gw, _), Client(gw.server) as client:
+    servers = {"alpha": (0.0, "query"), "beta": (0.3, "query")}
+    async with in_memory(tmp_path, servers, {}) as (gw, _), Client(gw.server) as client:
         result = await client.call_tool(
             "call_capability", {"capability": "calculate", "arguments": {"expression": "2+2"}}
         )
@@ -162,6 +173,7 @@ async def test_near_equal_tools_on_two_servers_are_one_capability(tmp_path: Path
         assert found[0]["same_as"] == ["beta__calculate"] and found[0]["capability"] == "calculate"
 
 
+@pytest.mark.e2e
 def test_the_cli_lists_the_tools_of_a_capability_best_first(tmp_path: Path) -> None:
     path = write_config(
         tmp_path,
