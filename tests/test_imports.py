@@ -144,3 +144,29 @@ def test_the_sdk_packages_load_a_name_only_when_it_is_used() -> None:
     assert noted["made"] == ["mcp", "mcp.client", "mcp.server"]
     assert noted["before"] is False  # MCPError, a session and the lowlevel Server: no mcp.Client, no MCPServer
     assert noted["same"] is True
+
+
+_AUDIT = """\
+import atexit, json, sys
+out = sys.argv[1]
+atexit.register(lambda: open(out, "w").write(json.dumps(sorted(sys.modules))))
+from toolscore.cli import main
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+def test_the_audit_commands_read_their_file_without_the_gateway_or_the_sdks_servers(tmp_path: Path) -> None:
+    import subprocess
+
+    config = write_config(tmp_path, {"fx": fixture_entry(tmp_path)})
+    (tmp_path / "audit.jsonl").write_text("")
+    out = tmp_path / "modules.json"
+    argv = [sys.executable, "-c", _AUDIT, str(out), "audit", "stats", "--json", "--config", str(config)]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["calls"] == 0
+    loaded = json.loads(out.read_text())
+    assert "toolscore.audit.stats" in loaded  # the dump is the command's own
+    # `mcp.server` and `mcp.client` themselves are the lazy packages: no module under them is loaded.
+    heavy = ("toolscore._gateway", "toolscore.front", "mcp.server.", "mcp.client.", "mcp.shared.session")
+    assert sorted(m for m in loaded if m.startswith(heavy)) == []

@@ -21,7 +21,7 @@ from mcp.server import Server
 from toolscore._engine import EngineSettings, PostExecutionHook, PreExecutionHook, ToolExecutionEngine, WrapHook
 from toolscore._reload import Reloaded, effective
 from toolscore.audit.sinks import AuditSink, JsonlAuditSink, NullAuditSink
-from toolscore.config import Config, load_config, server_log_dir, state_dir
+from toolscore.config import Config, audit_path, load_config, server_log_dir
 from toolscore.downstream.connection import ServerState, ServerStatus
 from toolscore.downstream.hub import ConfigChanges, DownstreamHub, open_hub
 from toolscore.downstream.reads import ResourceReads
@@ -178,12 +178,6 @@ def http_pages(gateway: Gateway) -> dict[str, ASGIApp]:
             )
         )
     return pages
-
-
-def audit_path(config: Config) -> Path:
-    """Where the config puts the audit file."""
-    path = config.settings.audit.path
-    return Path(path).expanduser() if path else state_dir() / "audit.jsonl"
 
 
 @asynccontextmanager

@@ -24,7 +24,16 @@ from typing import TYPE_CHECKING, Any
 from toolscore._malloc import keep_freed_memory
 from toolscore._sdk_packages import lazy_sdk_packages
 from toolscore._version import __version__
-from toolscore.config import TOKEN_ENV, Config, config_candidates, default_config_path, load_config, server_log_dir
+from toolscore.config import (
+    TOKEN_ENV,
+    Config,
+    audit_path,
+    config_candidates,
+    default_config_path,
+    load_config,
+    server_log_dir,
+    trajectory_path,
+)
 from toolscore.downstream import spawn
 from toolscore.errors import ConfigError
 
@@ -416,10 +425,8 @@ def _verify(path: Path, shared: Config | None) -> int:
 
 
 def _audit(args: argparse.Namespace, config: Config) -> int:
-    from toolscore._gateway import audit_path
     from toolscore.audit.sinks import audit_files, read_audit
     from toolscore.audit.stats import compute_stats, parse_since
-    from toolscore.loop.tool import trajectory_path
     from toolscore.loop.trajectory import loop_stats, read_trajectories
 
     path = args.file or audit_path(config)
@@ -518,7 +525,6 @@ def _audit(args: argparse.Namespace, config: Config) -> int:
 
 
 def _trajectories(args: argparse.Namespace, config: Config) -> int:
-    from toolscore.loop.tool import trajectory_path
     from toolscore.loop.trajectory import chat_records, read_trajectories
 
     path = args.file or trajectory_path(config)
@@ -735,6 +741,7 @@ def _command(args: argparse.Namespace) -> int:
     if config is None:
         return EXIT_CONFIG
     if args.command in ("audit", "trajectories", "install"):
+        lazy_sdk_packages()  # they read files: the few SDK names they touch, not the whole SDK
         _configure_logging(args)
         if args.command == "audit":
             return _audit(args, config)

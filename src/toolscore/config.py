@@ -89,12 +89,14 @@ __all__ = [
     "ToolFilter",
     "ToolHubSettings",
     "ToolRules",
+    "audit_path",
     "config_candidates",
     "default_config_path",
     "load_config",
     "parse_config",
     "server_log_dir",
     "state_dir",
+    "trajectory_path",
 ]
 
 DEFAULT_TIMEOUT = 60.0
@@ -1154,3 +1156,17 @@ def state_dir() -> Path:
 def server_log_dir(config: Config) -> Path:
     """Where each stdio server's stderr log goes: `toolscore.log_dir`, else `<state dir>/logs`."""
     return Path(config.settings.log_dir or state_dir() / "logs")
+
+
+def audit_path(config: Config) -> Path:
+    """Where the config puts the audit file."""
+    path = config.settings.audit.path
+    return Path(path).expanduser() if path else state_dir() / "audit.jsonl"
+
+
+def trajectory_path(config: Config) -> Path | None:
+    """Where the config puts the trajectory log (None: off)."""
+    path = config.settings.loop.trajectories
+    if path == "":
+        return None
+    return Path(path).expanduser() if path else state_dir() / "trajectories.jsonl"

@@ -23,7 +23,7 @@ import httpx2
 import mcp_types
 
 from toolscore._engine import ToolExecutionEngine, error_result
-from toolscore.config import Config, ModelConfig, state_dir
+from toolscore.config import Config, ModelConfig, state_dir, trajectory_path
 from toolscore.loop.contract import system_prompt
 from toolscore.loop.limits import Limits, describe
 from toolscore.plan.blocks import shorthand_table
@@ -67,14 +67,6 @@ _SCHEMA: dict[str, Any] = {
     "required": ["task"],
     "additionalProperties": False,
 }
-
-
-def trajectory_path(config: Config) -> Path | None:
-    """Where the config puts the trajectory log (None: off)."""
-    path = config.settings.loop.trajectories
-    if path == "":
-        return None
-    return Path(path).expanduser() if path else state_dir() / "trajectories.jsonl"
 
 
 def _episodes_path(config: Config) -> Path | str:
