@@ -90,8 +90,11 @@ uvicorn (sse-starlette imports it), the SDK's OAuth routes (docs/performance.md#
 """
 
 
-async def _serve_once(tmp_path: Path) -> dict[str, Any]:
-    """Run `toolscore serve` on one stdio fixture server: list, call echo once, stop; what it noted."""
+@pytest.fixture(scope="module")
+async def served(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], Path]:
+    """Run `toolscore serve` on one stdio fixture server: list, call echo once, stop; what it noted,
+    and its folder. One run for the module: each test reads a different part of what it noted."""
+    tmp_path = tmp_path_factory.mktemp("served")
     config = write_config(tmp_path, {"fx": fixture_entry(tmp_path)})
     out = tmp_path / "modules.json"
     params = StdioServerParameters(command=sys.executable, args=["-c", _DRIVER, str(config), str(out)])
@@ -99,23 +102,25 @@ async def _serve_once(tmp_path: Path) -> dict[str, Any]:
         result = await client.call_tool("fx__echo", {"text": "hello"})  # lists the tools first
         assert result.content[0].model_dump()["text"] == "hello"
     noted: dict[str, Any] = json.loads(out.read_text())
-    return noted
+    return noted, tmp_path
 
 
-async def test_a_stdio_gateway_loads_neither_the_http_front_nor_plans_loop_or_search(tmp_path: Path) -> None:
-    loaded = (await _serve_once(tmp_path))["modules"]
+async def test_a_stdio_gateway_loads_neither_the_http_front_nor_plans_loop_or_search(
+    served: tuple[dict[str, Any], Path],
+) -> None:
+    loaded = served[0]["modules"]
     assert "toolscore.front.server" in loaded  # the dump is the gateway's own
     found = sorted(m for m in loaded if m.startswith(NOT_FOR_PASSTHROUGH))
     assert found == []
 
 
 async def test_the_server_starts_before_the_sdk_is_imported_and_the_gateway_uses_that_process(
-    tmp_path: Path,
+    served: tuple[dict[str, Any], Path],
 ) -> None:
-    noted = await _serve_once(tmp_path)
+    noted, folder = served
     # One process started, before the SDK: the hub's connection took it instead of starting another.
     assert noted["sdk_at_spawn"] == [False]
-    log = (tmp_path / "logs" / "fx.log").read_text()
+    log = (folder / "logs" / "fx.log").read_text()
     assert log.count("--- toolscore: starting 'fx'") == 1
 
 
