@@ -9,7 +9,6 @@ server behind a real client session), each test's own, and only the CLI test sta
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -19,9 +18,10 @@ from typing import Any
 import pytest
 from mcp import Client
 
-from tests.conftest import FIXTURES, TOOLSCORE, text, wait_for, write_config
+from tests.conftest import FIXTURES, text, wait_for, write_config
 from tests.fixtures.search_server import build_search_server
 from toolscore import Gateway, MemoryAuditSink, testing
+from toolscore.cli import main
 
 pytestmark = pytest.mark.anyio
 
@@ -173,8 +173,8 @@ async def test_near_equal_tools_on_two_servers_are_one_capability(tmp_path: Path
         assert found[0]["same_as"] == ["beta__calculate"] and found[0]["capability"] == "calculate"
 
 
-@pytest.mark.e2e
-def test_the_cli_lists_the_tools_of_a_capability_best_first(tmp_path: Path) -> None:
+@pytest.mark.e2e  # the CLI's gateway starts both servers as subprocesses
+def test_the_cli_lists_the_tools_of_a_capability_best_first(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = write_config(
         tmp_path,
         {
@@ -182,26 +182,15 @@ def test_the_cli_lists_the_tools_of_a_capability_best_first(tmp_path: Path) -> N
             "beta": engine(tmp_path, "beta", 0.0, capabilities={"web_search": ["search"]}, priority=2),
         },
     )
-    listed = subprocess.run(
-        [TOOLSCORE, "tools", "--capability", "search", "--config", str(path)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert listed.returncode == 0, listed.stderr
-    lines = listed.stdout.splitlines()
+    # `toolscore.cli.main`, as the console script runs it (tests/test_cli.py does the same).
+    assert main(["tools", "--capability", "search", "--config", str(path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
     assert [line.split()[0] for line in lines] == ["beta__web_search", "alpha__web_search"]  # priority first
     # both take `query`: near-equal, so `web_search` is a capability of its own too
     assert lines[0].endswith("[read-only, search, web, web_search]")
-    as_json = subprocess.run(
-        [TOOLSCORE, "tools", "--capability", "math", "--json", "--config", str(path)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert [t["name"] for t in json.loads(as_json.stdout)] == ["beta__calculate", "alpha__calculate"]
-    unknown = subprocess.run(
-        [TOOLSCORE, "tools", "--capability", "nope", "--config", str(path)], capture_output=True, text=True, timeout=60
-    )
-    assert unknown.returncode == 1 and "no tool has capability 'nope'" in unknown.stderr
-    assert "search" in unknown.stderr and "Traceback" not in unknown.stderr
+    assert main(["tools", "--capability", "math", "--json", "--config", str(path)]) == 0
+    assert [t["name"] for t in json.loads(capsys.readouterr().out)] == ["beta__calculate", "alpha__calculate"]
+    assert main(["tools", "--capability", "nope", "--config", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert "no tool has capability 'nope'" in err
+    assert "search" in err and "Traceback" not in err
