@@ -1,6 +1,7 @@
 """The HTTP front as others can reach it: bearer token, Host/Origin allow-lists, TLS, body cap.
 
-Real `toolscore serve --transport http` processes, driven by the SDK's client and raw requests.
+Real `toolscore serve --transport http` processes, driven by the SDK's client and raw requests;
+a start that must be refused exits before anything runs, so `toolscore.cli.main` is called here.
 """
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import socket
 import ssl
 import subprocess
 from collections.abc import Callable, Iterator, Mapping
@@ -22,10 +24,11 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from tests.conftest import TOOLSCORE, fixture_entry, free_port, wait_until_answering
+from toolscore.cli import main
 from toolscore.config import HttpSettings
 from toolscore.front.http import is_loopback, resolve_exposure
 
-pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
+pytestmark = pytest.mark.anyio
 
 MiB = 1024 * 1024
 CAP = 1 * MiB
@@ -143,29 +146,48 @@ def test_defaults_name_the_bind_address_and_loopback_and_no_repr_holds_the_token
 # --- refusing to start ---------------------------------------------------------------------------
 
 
-def refused_start(command: list[str]) -> str:
-    """Run `toolscore serve` that must refuse to start: exit 2 and one line on stderr, which is returned."""
-    proc = subprocess.run(command, capture_output=True, text=True, timeout=60, env=clean_env(), check=False)
-    assert proc.returncode == 2
-    assert len(proc.stderr.splitlines()) == 1, proc.stderr
-    return proc.stderr
+def refused_start(
+    tmp_path: Path, host: str, flags: list[str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> str:
+    """`toolscore serve --host HOST FLAGS` must refuse to start: exit 2 and one line on stderr, returned.
+
+    The refusal comes before any server or socket is started, so `toolscore.cli.main` runs here
+    (as the console script runs it) with no token the developer may have exported. Its port is
+    already listened on at `host`: a `serve` that did not refuse would stop there, saying it
+    cannot listen, so a missing refusal fails the test instead of serving inside it.
+    """
+    monkeypatch.delenv("TOOLSCORE_TOKEN", raising=False)
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as taken:
+        taken.bind((host, 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        config = str(write_config(tmp_path))
+        assert main(["serve", "--transport", "http", "--config", config, "--host", host, *flags, "--port", port]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert len(err.splitlines()) == 1, err
+    assert "cannot listen" not in err
+    return err
 
 
 @pytest.mark.parametrize("host", ["0.0.0.0", "::"])
-def test_a_non_loopback_bind_without_a_token_exits_2_with_one_line(tmp_path: Path, host: str) -> None:
-    stderr = refused_start([*serve(tmp_path, "--host", host), "--port", str(free_port())])
+def test_a_non_loopback_bind_without_a_token_exits_2_with_one_line(
+    tmp_path: Path, host: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stderr = refused_start(tmp_path, host, [], capsys, monkeypatch)
     assert "not a loopback address" in stderr
     assert "TOOLSCORE_TOKEN" in stderr
     assert "--token-file" in stderr
+    assert not (tmp_path / "logs").exists()  # no server was started
 
 
-def test_a_token_file_others_can_read_is_refused(tmp_path: Path) -> None:
+def test_a_token_file_others_can_read_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     token_file = tmp_path / "token"
     token_file.write_text(secrets.token_urlsafe(32))
     token_file.chmod(0o644)
-    stderr = refused_start(
-        [*serve(tmp_path, "--host", "0.0.0.0", "--token-file", str(token_file)), "--port", str(free_port())]
-    )
+    stderr = refused_start(tmp_path, "0.0.0.0", ["--token-file", str(token_file)], capsys, monkeypatch)
     assert "chmod 600" in stderr
     assert token_file.read_text() not in stderr
 
@@ -193,6 +215,7 @@ def loopback(tmp_path_factory: pytest.TempPathFactory, spawn: Spawn) -> Gateway:
     return spawn(args, token=token, env=clean_env(TOOLSCORE_TOKEN=token), port=free_port())
 
 
+@pytest.mark.e2e
 def test_requests_without_the_right_token_get_401_and_no_session(loopback: Gateway) -> None:
     for headers in ({}, loopback.auth("x" * 43), {"Authorization": f"Basic {loopback.token}"}):
         response = loopback.post(headers, json=INITIALIZE)
@@ -203,11 +226,13 @@ def test_requests_without_the_right_token_get_401_and_no_session(loopback: Gatew
     assert loopback.post(loopback.auth(), json=INITIALIZE).status_code == 200
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("mode", ["legacy", "auto"])
 async def test_a_real_client_with_the_token_lists_tools(loopback: Gateway, mode: str) -> None:
     assert "fx__echo" in await tool_names(loopback, mode)
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("mode", ["legacy", "auto"])
 async def test_a_real_client_with_a_wrong_token_is_refused(loopback: Gateway, mode: str) -> None:
     with pytest.raises(ExceptionGroup) as info:
@@ -215,6 +240,7 @@ async def test_a_real_client_with_a_wrong_token_is_refused(loopback: Gateway, mo
     assert info.group_contains(MCPError)
 
 
+@pytest.mark.e2e
 def test_a_foreign_host_or_origin_is_refused_even_with_the_token(loopback: Gateway) -> None:
     auth = loopback.auth()
     assert loopback.post({**auth, "Host": "evil.com"}, json=INITIALIZE).status_code == 421
@@ -224,6 +250,7 @@ def test_a_foreign_host_or_origin_is_refused_even_with_the_token(loopback: Gatew
     assert loopback.post({"Host": "evil.com"}, json=INITIALIZE).status_code == 421
 
 
+@pytest.mark.e2e
 def test_hosts_and_origins_allowed_by_flag_and_config_get_through(loopback: Gateway) -> None:
     auth = loopback.auth()
     for host in ("flag.example.test", "config.example.test:8443", f"localhost:{loopback.port}"):
@@ -231,12 +258,14 @@ def test_hosts_and_origins_allowed_by_flag_and_config_get_through(loopback: Gate
     assert loopback.post({**auth, "Origin": "https://app.example.test"}, json=INITIALIZE).status_code == 200
 
 
+@pytest.mark.e2e
 def test_oauth_discovery_probes_get_a_clean_404_without_a_token(loopback: Gateway) -> None:
     base = loopback.url.removesuffix("/mcp")
     for path in ("/.well-known/oauth-protected-resource/mcp", "/.well-known/openid-configuration"):
         assert httpx2.get(base + path, timeout=60).status_code == 404
 
 
+@pytest.mark.e2e
 def test_an_oversized_body_gets_413_without_being_buffered(loopback: Gateway) -> None:
     auth = loopback.auth()
     assert loopback.post(auth, json=INITIALIZE).status_code == 200  # warm up before measuring
@@ -259,6 +288,7 @@ def test_an_oversized_body_gets_413_without_being_buffered(loopback: Gateway) ->
     assert loopback.post(auth, json=INITIALIZE).status_code == 200
 
 
+@pytest.mark.e2e
 def test_the_token_never_reaches_the_log(loopback: Gateway) -> None:
     assert loopback.post(loopback.auth(), json=INITIALIZE).status_code == 200
     assert loopback.post({**loopback.auth(), "Host": "evil.com"}, json=INITIALIZE).status_code == 421
@@ -268,6 +298,7 @@ def test_the_token_never_reaches_the_log(loopback: Gateway) -> None:
 # --- every interface: 0.0.0.0 ---------------------------------------------------------------------
 
 
+@pytest.mark.e2e
 async def test_an_exposed_bind_warns_needs_the_token_and_checks_the_host(tmp_path: Path, spawn: Spawn) -> None:
     token = secrets.token_urlsafe(32)
     token_file = tmp_path / "token"
@@ -305,6 +336,7 @@ def self_signed(tmp_path: Path) -> tuple[Path, Path]:
     return cert, key
 
 
+@pytest.mark.e2e
 async def test_tls_with_a_self_signed_certificate(tmp_path: Path, spawn: Spawn, self_signed: tuple[Path, Path]) -> None:
     cert, key = self_signed
     trust = ssl.create_default_context(cafile=str(cert))
