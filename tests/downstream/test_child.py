@@ -7,6 +7,7 @@ import os
 import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 import anyio
 import mcp_types
@@ -127,7 +128,10 @@ async def test_a_server_that_never_came_up_is_named_not_taken_for_a_typo(tmp_pat
 async def test_the_restart_delay_starts_over_after_backoff_reset_seconds_up(
     tmp_path: Path, reset: float | None, delays: list[float]
 ) -> None:
-    entry = fixture_entry(tmp_path) if reset is None else fixture_entry(tmp_path, backoff_reset_seconds=reset)
+    # The SDK-less raw server: it starts in milliseconds, and this test restarts it three times.
+    entry: dict[str, Any] = {"command": sys.executable, "args": [RAW_SERVER]}
+    if reset is not None:
+        entry["backoff_reset_seconds"] = reset
     # A handshake-era client: a 2026-07-28 client's calls go to the server's second process.
     async with (
         running_gateway(make_config({"fx": entry}), tmp_path) as (gw, _),
@@ -137,7 +141,7 @@ async def test_the_restart_delay_starts_over_after_backoff_reset_seconds_up(
         seen: list[float | None] = []
         for connects in range(2, 2 + len(delays)):
             await anyio.sleep(0.3)  # up longer than 0.2 s, far less than the default 10 s
-            assert (await client.call_tool("fx__crash", {})).is_error
+            assert (await client.call_tool("fx__good", {"mode": "exit"})).is_error
             await wait_for(lambda n=connects: fx.connects == n)
             seen.append(fx.retry_delay)
         assert seen == delays
