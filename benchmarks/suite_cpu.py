@@ -88,7 +88,9 @@ def main() -> int:
         outcome = (lines[-1] if lines else "no output").strip("= ")
         note = "" if complete else " (processes still running: CPU undercounted)"
         print(f"{file:<56} {cpu:7.1f} {wall:7.1f}  {load}→{_load()}  {outcome}{note}", flush=True)
-        failed = failed or done.returncode != 0
+        if done.returncode != 0:  # what failed, so that a rare failure is not lost to the figures
+            failed = True
+            print("\n".join("    " + line for line in lines[-40:]), flush=True)
     return 1 if failed else 0
 
 
