@@ -225,11 +225,9 @@ LONG_FILES = (
     "tests/front/test_fast.py",
     "tests/test_cli.py",
     "tests/front/test_fast_flight.py",
-    "tests/reliability/test_documented_audit.py",
     "tests/reliability/test_documented_serve.py",
     "tests/downstream/test_child.py",
     "tests/security/test_exposure.py",
-    "tests/toolhub/test_strategies.py",
     "tests/reliability/test_documented_serve_exposed.py",
     "tests/reliability/test_documented_others.py",
     "tests/front/test_conformance.py",
@@ -246,7 +244,9 @@ LONG_FILES = (
     "tests/front/test_task_extension_conformance.py",
 )
 """The test files that take the most of one worker's time, longest first (each 50 s or more of the
-whole suite's run at a load of 7 to 10 on 2 cores, 2026-11-27): they start first."""
+whole suite's run at a load of 7 to 10 on 2 cores, 2026-11-27): they start first. Later that day
+test_strategies.py and test_documented_audit.py fell to a third and two fifths of their CPU
+(benchmarks/suite_cpu.py, CONTRIBUTING.md) and left the list."""
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
