@@ -35,6 +35,8 @@ if TYPE_CHECKING:
 __all__ = ["http_app", "listen_sockets", "serve_http", "serve_stdio"]
 
 log = structlog.get_logger("toolscore")
+KEEP_ALIVE_SECONDS = 30
+"""How long the HTTP front keeps a client's idle connection open for its next request."""
 RETRY_INTERVAL_MS = 1000
 """How long an HTTP client waits before resuming a lost SSE stream (the SSE `retry` field)."""
 
@@ -232,6 +234,10 @@ async def serve_http(
         port=port,
         log_level="warning",
         lifespan="on",
+        # Longer than clients keep an idle connection (Node's fetch: 4 s, httpx: 5 s): a server
+        # that closes first (uvicorn's default is 5 s) races a client reusing the connection, whose
+        # request then fails on a busy machine ("fetch failed") though the gateway never saw it.
+        timeout_keep_alive=KEEP_ALIVE_SECONDS,
         ssl_certfile=exposure.tls_cert,
         ssl_keyfile=exposure.tls_key,
     )
