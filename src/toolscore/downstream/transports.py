@@ -46,6 +46,10 @@ __all__ = [
 
 Streams = tuple[ReadStream[SessionMessage | Exception], WriteStream[SessionMessage]]
 
+HTTP_KEEPALIVE_SECONDS = 3.0
+"""How long an idle connection to an HTTP server is kept for reuse: under the 5 s after which
+common servers (uvicorn, Node) close it, so the gateway never sends on one the server is closing."""
+
 
 class Transport(Protocol):
     """Opens connections to one server, one at a time."""
@@ -168,7 +172,14 @@ class HttpTransport:
         import httpx2
         from mcp.client.streamable_http import streamable_http_client
 
-        http = httpx2.AsyncClient(headers=self._headers, auth=self._auth, timeout=httpx2.Timeout(30.0, read=300.0))
+        http = httpx2.AsyncClient(
+            headers=self._headers,
+            auth=self._auth,
+            timeout=httpx2.Timeout(30.0, read=300.0),
+            # An idle connection is dropped before the server drops it (5 s is uvicorn's and
+            # Node's default): one the server closes as it is reused fails the request sent on it.
+            limits=httpx2.Limits(keepalive_expiry=HTTP_KEEPALIVE_SECONDS),
+        )
         async with http, streamable_http_client(self._url, http_client=http) as streams:
             yield streams[0], streams[1]
 
