@@ -95,6 +95,16 @@ async def roots(context: Any) -> mcp_types.ListRootsResult:
     return mcp_types.ListRootsResult(roots=[mcp_types.Root(uri="file:///work/project")])
 
 
+def hanging(asked: anyio.Event) -> Any:
+    """A client callback (elicitation or roots) that notes it was asked and never answers."""
+
+    async def callback(*_: Any) -> Any:
+        asked.set()
+        await anyio.sleep_forever()
+
+    return callback
+
+
 def handshake_client(gw: Gateway, **callbacks: Any) -> Client:
     return Client(gw.server, mode="legacy", **callbacks)
 
@@ -172,13 +182,7 @@ async def test_a_client_that_never_answers_is_bounded_by_the_calls_deadline(
 ) -> None:
     gw, _ = gateway
     answering = anyio.Event()
-
-    async def never(context: Any, params: mcp_types.ElicitRequestParams) -> mcp_types.ElicitResult:
-        answering.set()
-        await anyio.sleep_forever()
-        raise AssertionError("unreachable")
-
-    async with handshake_client(gw, elicitation_callback=never) as client:
+    async with handshake_client(gw, elicitation_callback=hanging(answering)) as client:
         with anyio.fail_after(60):  # a hang detector; the server's deadline is 2 s
             result = await client.call_tool("deny__test_input_required_result_elicitation")
         assert answering.is_set()
@@ -192,14 +196,8 @@ async def test_a_client_that_cancels_while_asked_ends_the_call_and_the_server_se
 ) -> None:
     gw, sink = gateway
     asked = anyio.Event()
-
-    async def hang(context: Any, params: mcp_types.ElicitRequestParams) -> mcp_types.ElicitResult:
-        asked.set()
-        await anyio.sleep_forever()
-        raise AssertionError("unreachable")
-
     before = len([r for r in sink.records if r.tool == "m__test_input_required_result_elicitation"])
-    async with handshake_client(gw, elicitation_callback=hang) as client:
+    async with handshake_client(gw, elicitation_callback=hanging(asked)) as client:
         with anyio.fail_after(30):  # a hang detector, under the server's deadline (the default 60 s)
             async with anyio.create_task_group() as tg:
                 tg.start_soon(client.call_tool, "m__test_input_required_result_elicitation")
@@ -218,17 +216,12 @@ async def test_a_client_that_disconnects_while_asked_ends_the_call(gateway: tupl
     asked = anyio.Event()
     tool = "m__test_input_required_result_list_roots"
 
-    async def hanging_roots(context: Any) -> mcp_types.ListRootsResult:
-        asked.set()
-        await anyio.sleep_forever()
-        raise AssertionError("unreachable")
-
     before = len([r for r in sink.records if r.tool == tool])
     with anyio.fail_after(30):  # a hang detector, under the server's deadline (the default 60 s)
         async with anyio.create_task_group() as tg:
 
             async def call_and_leave() -> None:
-                async with handshake_client(gw, list_roots_callback=hanging_roots) as client:
+                async with handshake_client(gw, list_roots_callback=hanging(asked)) as client:
                     await client.call_tool(tool)
 
             tg.start_soon(call_and_leave)
