@@ -370,3 +370,17 @@ async def test_a_servers_own_extension_task_is_relayed_to_a_2026_07_28_client(
         assert unasked.is_error and "did not ask for" in text(unasked), text(unasked)
     records = [r for r in sink.records if r.tool == "m__test_task_job"]
     assert records and any(r.error_kind == "task" for r in records)
+
+
+async def test_a_restarted_server_is_connected_in_its_era_again_without_the_handshake_first(
+    gateway: tuple[Gateway, MemoryAuditSink],
+) -> None:
+    gw, _ = gateway
+    m = gw.hub.downstreams["m"]
+    before = m.connects
+    assert m._asked_era() == "2026-07-28"  # found to speak only that era: `initialize` is not tried again
+    m.restart("a test restarts it")
+    async with handshake_client(gw, elicitation_callback=elicit) as client:
+        # The call waits for the new connection (within its deadline) and is answered on it.
+        assert text(await client.call_tool("m__test_input_required_result_elicitation")) == "Hello, Ada!"
+    assert m.connects == before + 1 and m.protocol_version == "2026-07-28"

@@ -288,6 +288,8 @@ class Downstream:
         """Resource URIs (the server's own) subscribed to; renewed on every reconnection."""
         self.log_level: mcp_types.LoggingLevel | None = None
         self._resubscribe = anyio.Event()
+        self._speaks_only: str | None = None
+        """The 2026-07-28 version of a server found to speak only that era, while it stays up."""
         """Set when `subscriptions` changed, for a 2026-07-28 main connection's listen stream."""
         """The level last asked of the server with `logging/setLevel`; renewed on reconnection."""
         self.on_resource_updated: ResourceUpdatedFn | None = None
@@ -911,7 +913,7 @@ class Downstream:
                 client = await stack.enter_async_context(
                     HandshakeClient(
                         _watched(self.transport.connect(), lost),
-                        era=self.config.era if self.config.era != "auto" else None,
+                        era=self._asked_era(),
                         server=self.label,
                         client_info=_CLIENT_INFO,
                         message_handler=self._on_message,
@@ -923,6 +925,8 @@ class Downstream:
                     )
                 )
                 self.capabilities = client.server_capabilities
+                if client.modern and self.config.era in (None, "auto"):
+                    self._speaks_only = client.protocol_version  # the next connection skips `initialize`
                 if (channel := self.transport.raw) is not None:
                     channel.on_log = self._on_log  # in line order with the answers it reads itself
                 if client.modern and self.transport.kind != "stdio":
@@ -947,6 +951,7 @@ class Downstream:
                 await self._on_tools_changed()
                 await self._serve(client, lost)
         except Exception as exc:  # the supervisor is this server's error boundary
+            self._speaks_only = None  # the server may have changed: the next attempt asks again
             self.error = _describe(exc)
         finally:
             was_up = self._client is not None
@@ -1029,6 +1034,13 @@ class Downstream:
                 )
                 await resubscribe.wait()
                 tg.cancel_scope.cancel()
+
+    def _asked_era(self) -> str | None:
+        """The era the main connection opens in (`HandshakeClient`'s `era`): the entry's, else the
+        2026-07-28 version a server that refused the handshake last time speaks, else None (the
+        handshake, falling back to 2026-07-28 where the server refuses it)."""
+        era = self.config.era
+        return self._speaks_only if era in (None, "auto") else era
 
     def _connect_another(self, lost: anyio.Event) -> AbstractAsyncContextManager[Streams]:
         """A second connection to the server (a second process, for stdio), alongside the main one."""
