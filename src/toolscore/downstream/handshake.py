@@ -88,6 +88,8 @@ class HandshakeClient:
         }
         self._session: ClientSession | None = None
         self._stack: AsyncExitStack | None = None
+        self.modern = False
+        """Whether the connection is in the 2026-07-28 era (known once it is open; read per call)."""
 
     async def __aenter__(self) -> Self:
         async with AsyncExitStack() as stack:
@@ -104,6 +106,7 @@ class HandshakeClient:
                         raise
                     await _discover(session, versions, self._server)
             # Published once the handshake is done: `server_capabilities` is set from here on.
+            self.modern = session.protocol_version in MODERN_PROTOCOL_VERSIONS
             self._session = session
             self._stack = stack.pop_all()
         return self
@@ -125,10 +128,6 @@ class HandshakeClient:
             raise RuntimeError("the connection is not open")
         return self._session
 
-    @property
-    def modern(self) -> bool:
-        """Whether the connection is in the 2026-07-28 era."""
-        return self.protocol_version in MODERN_PROTOCOL_VERSIONS
 
     @property
     def protocol_version(self) -> str:
