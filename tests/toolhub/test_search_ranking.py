@@ -336,3 +336,20 @@ def test_the_order_is_one_order_whatever_k_and_input_order() -> None:
         assert first.search(query, 60) == first.search(query, 60)
         shown = [hit.score for hit in first.search(query, 60)]  # past the re-scored fifty too
         assert shown == sorted(shown, reverse=True)
+
+
+def test_a_parameters_enum_values_are_read_as_its_text() -> None:
+    """A tool that does several things by an `action` is found by the thing asked for."""
+    actions = {"type": "string", "enum": ["create_issue", "close_issue", "list_labels", 7, "x" * 10_000]}
+    idx = build(
+        tool("github", "Work with a repository.", {"action": actions}),
+        tool("create_folder", "Make a new folder.", {"path": {}}),
+        tool("read_file", "Read a file.", {"path": {}}),
+    )
+    assert names(idx, "close the issue", 1) == ["s0__github"]
+    assert names(idx, "which labels are there", 1) == ["s0__github"]
+    assert names(idx, "make a folder", 1) == ["s0__create_folder"]  # the other tools as before
+    many = {"type": "string", "enum": ["walrus"] + ["value"] * 998 + ["zebra"]}
+    idx = build(tool("wide", "Many values.", {"v": many}))
+    assert names(idx, "walrus", 1) == ["s0__wide"]
+    assert names(idx, "zebra", 1) == []  # only the first values are read: the work per tool is bounded

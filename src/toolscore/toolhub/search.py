@@ -125,6 +125,9 @@ in brackets (`(deprecated)`), or `this tool is deprecated`; not `lists deprecate
 `whether an API is deprecated`."""
 _MAX_PARAMS = 64
 _MAX_DEPTH = 3
+_MAX_ENUM_VALUES = 32
+"""A parameter's `enum` strings read into its text: the first this many, each cut to `_MAX_ENUM_CHARS`."""
+_MAX_ENUM_CHARS = 64
 _SENTENCE_END = re.compile(r"[.!?](\s|$)|\n")
 _WORD = re.compile(r"[A-Za-z][a-z]+|[A-Z]+(?![a-z])|[a-z]+|[0-9]+")
 _URL = re.compile(r"(?:[a-z][a-z0-9+.-]{0,15}://|www\.)\S|[\w-]{1,63}\.(?:com|org|net|io|dev)(?:/|$)", re.I)
@@ -217,7 +220,12 @@ def _parameters(schema: Any, depth: int = 0) -> Iterator[tuple[str, str]]:
         return
     for name, spec in properties.items():
         described = spec.get("description") if isinstance(spec, dict) else None
-        yield str(name), described if isinstance(described, str) else ""
+        text = described if isinstance(described, str) else ""
+        if isinstance(spec, dict) and isinstance(values := spec.get("enum"), list):
+            # A tool that does several things by an `action` names them here (`create_issue`, ...).
+            named = [v[:_MAX_ENUM_CHARS] for v in values[:_MAX_ENUM_VALUES] if isinstance(v, str)]
+            text = " ".join((text, *named)) if named else text
+        yield str(name), text
         if isinstance(spec, dict):
             yield from _parameters(spec, depth + 1)
             yield from _parameters(spec.get("items"), depth + 1)
