@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -11,7 +13,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from tests.conftest import fixture_entry
+from tests.conftest import RAW_SERVER, fixture_entry
 from toolscore import parse_config
 from toolscore._gateway import open_gateway
 from toolscore.config import ServerConfig
@@ -179,3 +181,33 @@ def test_one_reaper_runs_every_server_and_the_gateway_killed_takes_them_all_down
         gateway.wait()
         assert gateway.stdout is not None
         gateway.stdout.close()
+
+
+def test_the_reaper_ends_with_the_interpreter_that_started_it(tmp_path: Path) -> None:
+    """At exit the gateway's process closes its reaper's socket and collects it: no reaper left to
+    outlive it unwaited (Python warns of a child still running at exit in development mode)."""
+    script = tmp_path / "gateway.py"
+    script.write_text(
+        "import anyio, json, sys\n"
+        "from toolscore import parse_config\n"
+        "from toolscore._gateway import open_gateway\n"
+        "async def main() -> None:\n"
+        "    entry = json.loads(sys.argv[1])\n"
+        "    async with open_gateway(parse_config({'mcpServers': {'a': entry}})) as gw:\n"
+        "        await gw.hub.wait_started()\n"
+        "        assert gw.hub.downstreams['a'].protocol_version is not None  # it came up\n"
+        "anyio.run(main)\n"
+    )
+    entry = {"command": sys.executable, "args": [RAW_SERVER]}  # a server without the SDK: a cheap start
+    env = {**os.environ, "TOOLSCORE_STATE_DIR": str(tmp_path / "state")}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    run = subprocess.run(
+        [sys.executable, "-X", "dev", "-W", "always::ResourceWarning", str(script), json.dumps(entry)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "still running" not in run.stderr, run.stderr[-2000:]

@@ -12,6 +12,7 @@ This module imports the standard library only, so that it runs before anything h
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import shutil
@@ -45,6 +46,8 @@ DEFAULT_ENV_KEYS = ("HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER")
 _REAPER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_reaper.py")
 USE_REAPER = sys.platform == "linux" and os.path.isdir("/proc/self/task")
 """Whether servers run under `_reaper.py` (see `child`)."""
+_CLOSE_SECONDS = 2.0
+"""How long the interpreter's exit waits for the reaper to end once its socket is closed."""
 _ANSWER_SECONDS = 30.0
 """How long a start waits for the reaper's answer (a fork; the first also waits for its Python start)."""
 
@@ -124,8 +127,21 @@ def _reaper() -> _Reaper:
     """The live reaper, started on first need (and again should it have died)."""
     global _shared
     if _shared is None or not _shared.alive:
+        if _shared is None:
+            atexit.register(_close_reaper)
         _shared = _Reaper()
     return _shared
+
+
+def _close_reaper() -> None:
+    """At the interpreter's exit: close the reaper's socket, which ends it (and whatever of its
+    servers is left), and collect it for a moment, so that it does not outlive the gateway unwaited."""
+    reaper = _shared
+    if reaper is None:
+        return
+    reaper._control.close()  # its end of the socket reads the close: it stops its servers and exits
+    with suppress(subprocess.TimeoutExpired):
+        reaper._process.wait(timeout=_CLOSE_SECONDS)
 
 
 class ReapedProcess:
