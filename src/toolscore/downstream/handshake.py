@@ -128,7 +128,6 @@ class HandshakeClient:
             raise RuntimeError("the connection is not open")
         return self._session
 
-
     @property
     def protocol_version(self) -> str:
         """The version the handshake agreed on."""
