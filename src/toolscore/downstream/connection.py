@@ -287,11 +287,11 @@ class Downstream:
         self.subscriptions: set[str] = set()
         """Resource URIs (the server's own) subscribed to; renewed on every reconnection."""
         self.log_level: mcp_types.LoggingLevel | None = None
+        """The level last asked of the server with `logging/setLevel`; renewed on reconnection."""
         self._resubscribe = anyio.Event()
+        """Set when `subscriptions` changed, for a 2026-07-28 main connection's listen stream."""
         self._speaks_only: str | None = None
         """The 2026-07-28 version of a server found to speak only that era, while it stays up."""
-        """Set when `subscriptions` changed, for a 2026-07-28 main connection's listen stream."""
-        """The level last asked of the server with `logging/setLevel`; renewed on reconnection."""
         self.on_resource_updated: ResourceUpdatedFn | None = None
         self._peers: list[Peer] = []
         self.bridge = Bridge(self.label, answer_seconds=config.timeout or ANSWER_SECONDS)
@@ -764,8 +764,7 @@ class Downstream:
                 again["requestState"] = state
             return await send_session_raw_request(session, method, again, progress)
 
-        first = await send_session_raw_request(session, method, params, progress)
-        return await answered(first, peer=scope.peer, server=self.name, send=send)
+        return await answered(await send(None, None), peer=scope.peer, server=self.name, send=send)
 
     @property
     def _main_modern(self) -> bool:
@@ -925,12 +924,11 @@ class Downstream:
                     )
                 )
                 self.capabilities = client.server_capabilities
-                if client.modern and self.config.era in (None, "auto"):
-                    self._speaks_only = client.protocol_version  # the next connection skips `initialize`
+                # A server found in the 2026-07-28 era is asked in it first next time (`_asked_era`).
+                self._speaks_only = client.protocol_version if client.modern else None
                 if (channel := self.transport.raw) is not None:
                     channel.on_log = self._on_log  # in line order with the answers it reads itself
-                if client.modern and self.transport.kind != "stdio":
-                    await self._learn_headers(client)
+                await self._learn_headers(client)
                 self.tools = await self._list_tools(client)
                 self.lists = await self._list_others(client)
                 await self._renew(client)
@@ -996,8 +994,7 @@ class Downstream:
                     await self._relist.wait()
                     self._relist = anyio.Event()
                     try:
-                        if client.modern and self.transport.kind != "stdio":
-                            await self._learn_headers(client)  # a new tool's headers, too
+                        await self._learn_headers(client)  # a new tool's headers, too
                         self.tools = await self._list_tools(client)
                         self.lists = await self._list_others(client)
                     except MCPError as exc:
@@ -1174,8 +1171,10 @@ class Downstream:
         return found
 
     async def _learn_headers(self, client: HandshakeClient) -> None:
-        """The session's own listing of the tools: it tells the session which arguments a 2026-07-28
-        `tools/call` carries in `Mcp-Param` headers (HTTP), which a server checks."""
+        """The session's own listing of the tools, on a 2026-07-28 connection over HTTP: it tells the
+        session which arguments a `tools/call` carries in `Mcp-Param` headers, which a server checks."""
+        if not client.modern or self.transport.kind == "stdio":
+            return
         try:
             await client.session.list_tools()
         except (MCPError, ValidationError) as exc:

@@ -34,22 +34,19 @@ from pydantic import ValidationError
 from toolscore._sdk import ReadStream, WriteStream
 from toolscore.errors import DownstreamProtocolError
 
-__all__ = ["MODERN", "HandshakeClient", "modern_only"]
-
-MODERN = MODERN_PROTOCOL_VERSIONS[-1]
-"""The 2026-07-28 era's newest version: the one a server's entry names to be connected in that era."""
+__all__ = ["HandshakeClient", "modern_only"]
 
 
-def modern_only(error: MCPError) -> list[str] | None:
-    """The versions a server that refused `initialize` serves, where they are all 2026-07-28-era ones
-    the gateway speaks (-32022 with a `supported` list); None for any other refusal."""
+def modern_only(error: MCPError) -> str | None:
+    """The newest version a server that refused `initialize` serves and the gateway speaks, where all
+    it serves are 2026-07-28-era ones (-32022 with a `supported` list); None for any other refusal."""
     if error.code != mcp_types.UNSUPPORTED_PROTOCOL_VERSION or not isinstance(error.error.data, dict):
         return None
     supported = error.error.data.get("supported")
     if not isinstance(supported, list) or not supported or any(v in HANDSHAKE_PROTOCOL_VERSIONS for v in supported):
         return None
     mutual = [v for v in MODERN_PROTOCOL_VERSIONS if v in supported]
-    return mutual or None
+    return mutual[-1] if mutual else None
 
 
 class HandshakeClient:
@@ -97,14 +94,14 @@ class HandshakeClient:
             session = ClientSession(dispatcher=JSONRPCDispatcher(read, write), **self._options)
             await stack.enter_async_context(session)
             if self._era in MODERN_PROTOCOL_VERSIONS:
-                await _discover(session, [self._era], self._server)
+                await _discover(session, self._era, self._server)
             else:
                 try:
                     await session.initialize()
                 except MCPError as exc:
-                    if self._era is not None or (versions := modern_only(exc)) is None:
+                    if self._era is not None or (version := modern_only(exc)) is None:
                         raise
-                    await _discover(session, versions, self._server)
+                    await _discover(session, version, self._server)
             # Published once the handshake is done: `server_capabilities` is set from here on.
             self.modern = session.protocol_version in MODERN_PROTOCOL_VERSIONS
             self._session = session
@@ -143,9 +140,9 @@ class HandshakeClient:
         return capabilities
 
 
-async def _discover(session: ClientSession, versions: list[str], server: str) -> None:
-    """Open the connection in the 2026-07-28 era at the newest of `versions` the server answers to."""
-    raw = await session.send_discover(versions[-1])
+async def _discover(session: ClientSession, version: str, server: str) -> None:
+    """Open the connection in the 2026-07-28 era, proposing `version`."""
+    raw = await session.send_discover(version)
     try:
         result = mcp_types.DiscoverResult.model_validate(raw)
         session.adopt(result)  # raises where the server's versions and the gateway's have none in common

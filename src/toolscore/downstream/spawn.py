@@ -93,6 +93,13 @@ class _Reaper:
             self._answers.append(int(message["pid"]))
         return True
 
+    def close(self) -> None:
+        """Close the socket, which ends the reaper (and whatever of its servers is left), and collect
+        it for a moment, so that it does not outlive the gateway unwaited."""
+        self._control.close()
+        with suppress(subprocess.TimeoutExpired):
+            self._process.wait(timeout=_CLOSE_SECONDS)
+
     def start(self, argv: list[str], env: Mapping[str, str], cwd: str | None, fds: list[int]) -> int:
         """Have the reaper start `argv` with `fds` as its stdin, stdout and stderr; its pid."""
         request = json.dumps({"argv": argv, "env": dict(env), "cwd": cwd}).encode()
@@ -134,14 +141,9 @@ def _reaper() -> _Reaper:
 
 
 def _close_reaper() -> None:
-    """At the interpreter's exit: close the reaper's socket, which ends it (and whatever of its
-    servers is left), and collect it for a moment, so that it does not outlive the gateway unwaited."""
-    reaper = _shared
-    if reaper is None:
-        return
-    reaper._control.close()  # its end of the socket reads the close: it stops its servers and exits
-    with suppress(subprocess.TimeoutExpired):
-        reaper._process.wait(timeout=_CLOSE_SECONDS)
+    """At the interpreter's exit: the reaper ends with the gateway's process (`_Reaper.close`)."""
+    if _shared is not None:
+        _shared.close()
 
 
 class ReapedProcess:

@@ -267,6 +267,7 @@ class ToolHandlers:
         *,
         sessions: dict[int, ServerSession],
         bus: InMemorySubscriptionBus,
+        task_started: Callable[[ServerRequestContext[Any], TaskStarted], dict[str, Any]],
         toolhub: ToolHub | None = None,
         delegator: Delegator | None = None,
         hidden_for: HiddenFor | None = None,
@@ -279,6 +280,8 @@ class ToolHandlers:
         peer_for: The client of a request, for its servers' requests and logs.
         sessions: The handshake-era front connections (filled here), told when the lists change.
         bus: The 2026-07-28 listeners' subscription bus.
+        task_started: Answers a call a server runs as a task of the tasks extension
+            (`TaskHandlers.started`).
         toolhub: The ToolHub's tools, if configured.
         delegator: The `delegate` tool, if configured.
         hidden_for: The routed tools a caller's own rules refuse (`constraints.principals`), left
@@ -296,8 +299,7 @@ class ToolHandlers:
         self._sealer = Sealer()
         self._sessions = sessions
         self._bus = bus
-        self.task_started: Callable[[ServerRequestContext[Any], TaskStarted], dict[str, Any]] | None = None
-        """Answers a call a server runs as a task of the tasks extension (`TaskHandlers.started`)."""
+        self._task_started = task_started
         self.fast = FastCalls(self.hot_call, serves=self._hot, lane_for=self.lane_for)
         """The hot path for passthrough `tools/call`, taken by the stdio transport (`front.fast`)."""
         self.http_calls: HttpCalls | None = None
@@ -356,9 +358,7 @@ class ToolHandlers:
         except InputRequired as asked:  # 2026-07-28: the question goes back as the call's result
             return asked.answer()
         except TaskStarted as started:  # 2026-07-28, the tasks extension: the client polls the task
-            if self.task_started is None:
-                raise AssertionError("no task handler") from None  # `front_server` always sets one
-            return self.task_started(ctx, started)
+            return self._task_started(ctx, started)
         except Exception:
             log.exception("internal error", tool=params.name)
             return error_result(f"Error executing tool {params.name}: internal gateway error (see the gateway log).")
@@ -562,6 +562,7 @@ def build_server(
     sessions: dict[int, ServerSession] = {}
     bus = InMemorySubscriptionBus()
     peers = FrontPeers(hub, LogLevels())
+    tasks = TaskHandlers(hub, engine, callers, peers.peer, plans=orchestrator.refusal is None)
     tools = ToolHandlers(
         hub,
         engine,
@@ -570,12 +571,11 @@ def build_server(
         peers.peer,
         sessions=sessions,
         bus=bus,
+        task_started=tasks.started,
         toolhub=toolhub,
         delegator=delegator,
         hidden_for=hidden_for,
     )
-    tasks = TaskHandlers(hub, engine, callers, peers.peer, plans=orchestrator.refusal is None)
-    tools.task_started = tasks.started
     server = FrontServer(tools, available=hub.capable, plan_tasks=tasks.plans)
     tools.register(server)
     LoggingHandlers(hub, peers.levels).register(server)

@@ -240,7 +240,7 @@ def _latin_beside(text: str, i: int) -> bool:
         j = i + step
         while 0 <= j < len(text) and text[j] in _CONFUSABLE and abs(j - i) < 4:  # bounded per character
             j += step
-        if 0 <= j < len(text) and text[j].isascii() and text[j].isalpha():
+        if 0 <= j < len(text) and _ascii_letter(text[j]):
             return True
     return False
 
