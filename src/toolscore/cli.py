@@ -21,6 +21,7 @@ from collections.abc import Mapping, MutableMapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from toolscore._gc import release as release_collector
 from toolscore._malloc import keep_freed_memory
 from toolscore._sdk_packages import lazy_sdk_packages
 from toolscore._version import __version__
@@ -51,6 +52,8 @@ EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE
 """What a shell reports for a command killed by SIGPIPE (`toolscore tools | head -1`)."""
 ONE_SHOT = ("check", "tools", "call")
 """Commands that start the servers, report once and stop."""
+GATEWAY_COMMANDS = ("serve", "check", "tools", "call")
+"""Commands that open the gateway: the collector stays held (`toolscore._gc`) until it is open."""
 CLIENT_COMMANDS = ("import", "register", "doctor")
 """Commands about the MCP clients' own configuration files (`toolscore.clients`)."""
 UVLOOP_ENV = "TOOLSCORE_UVLOOP"
@@ -341,6 +344,7 @@ async def _run(
 
     if exposure is None:
         async with open_gateway(config) as gw:
+            release_collector()  # start-up's imports are done
             if args.command == "serve":
                 from toolscore._reload import watching
                 from toolscore.front.serve import serve_stdio
@@ -357,6 +361,7 @@ async def _run(
     from toolscore.telemetry.metrics import CallMetrics
 
     async with open_gateway(config, metrics=CallMetrics(), console=ConsoleFeed()) as gw, watching(gw):
+        release_collector()  # start-up's imports are done
         await serve_http(
             gw.server,
             host=args.host,
@@ -730,6 +735,8 @@ def _pins(args: argparse.Namespace) -> int:
 
 
 def _command(args: argparse.Namespace) -> int:
+    if args.command not in GATEWAY_COMMANDS:  # no gateway to import: the collector runs from here on
+        release_collector()
     if args.command == "pins":  # the state directory's file; servers.json need not exist
         return _pins(args)
     if args.command in CLIENT_COMMANDS:  # they read the clients' files; servers.json may not exist yet

@@ -73,9 +73,13 @@ async def test_scores_are_saved_while_the_gateway_runs_not_only_when_it_stops(tm
         await anyio.sleep(0.2)
         assert not path.exists()  # nothing learned, nothing written
         await client.call_tool("call_capability", {"capability": "define", "arguments": {"query": "x"}})
-        await wait_for(path.exists)
-        saved = json.loads(path.read_text())["scores"]
-        assert saved["alpha__lookup"]["success"] == 0.5 and saved["beta__lookup"]["calls"] == 1
+
+        def saved() -> dict[str, Any]:
+            return json.loads(path.read_text())["scores"] if path.exists() else {}
+
+        # A round may fall between alpha's failure and beta's answer, and save alpha alone first.
+        await wait_for(lambda: "beta__lookup" in saved())
+        assert saved()["alpha__lookup"]["success"] == 0.5 and saved()["beta__lookup"]["calls"] == 1
         assert not gw.toolhub.scores.changed  # taken by the save: the next round writes nothing new
 
 
