@@ -5,8 +5,9 @@ Starting `toolscore serve` imports the SDK and the gateway: about 90,000 tracked
 process, and 48,000 more left as garbage. While they are made the collector runs a few hundred
 times, walking the survivors again at each older generation's turn, and the interpreter's exit
 tears them all down once more. So the command's entry point holds the collector off (`hold`)
-before its first import, and lets it go (`release`) once the gateway is open, or, for a command
-that opens none, once its arguments are read: one full collection (start-up's garbage, with any
+before its first import, and lets it go (`release`) once the gateway has imported what it needs
+and waits for its servers to start (`downstream.hub.open_hub`), or, for a command that opens no
+gateway, once its arguments are read: one full collection (start-up's garbage, with any
 file or socket a failed attempt left in a reference cycle), then every object left is frozen into
 the permanent generation, which later collections skip and the exit leaves alone, and the
 collector runs as before. What the imports save, that collection spends again; the gain is the

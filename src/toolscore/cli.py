@@ -53,7 +53,7 @@ EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE
 ONE_SHOT = ("check", "tools", "call")
 """Commands that start the servers, report once and stop."""
 GATEWAY_COMMANDS = ("serve", "check", "tools", "call")
-"""Commands that open the gateway: the collector stays held (`toolscore._gc`) until it is open."""
+"""Commands that open the gateway: the collector stays held (`toolscore._gc`) until its hub waits for the servers."""
 CLIENT_COMMANDS = ("import", "register", "doctor")
 """Commands about the MCP clients' own configuration files (`toolscore.clients`)."""
 UVLOOP_ENV = "TOOLSCORE_UVLOOP"
@@ -344,7 +344,6 @@ async def _run(
 
     if exposure is None:
         async with open_gateway(config) as gw:
-            release_collector()  # start-up's imports are done
             if args.command == "serve":
                 from toolscore._reload import watching
                 from toolscore.front.serve import serve_stdio
@@ -361,7 +360,6 @@ async def _run(
     from toolscore.telemetry.metrics import CallMetrics
 
     async with open_gateway(config, metrics=CallMetrics(), console=ConsoleFeed()) as gw, watching(gw):
-        release_collector()  # start-up's imports are done
         await serve_http(
             gw.server,
             host=args.host,

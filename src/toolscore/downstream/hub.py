@@ -23,11 +23,13 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import mcp_types
 import structlog
 from anyio.abc import TaskGroup
 from mcp.server import Server
 
+from toolscore._gc import release as release_collector
 from toolscore.config import Config, ServerConfig, state_dir
 from toolscore.downstream.backchannel import Peer
 from toolscore.downstream.breaker import Verdict
@@ -641,6 +643,11 @@ async def open_hub(
             hub._start(downstream)
         tg.start_soon(hub._reap, name="downstream:reaper")
         try:
+            # Start-up's imports are done and the servers are starting: the command's one full
+            # collection (`toolscore._gc`) runs now, while the gateway waits for them anyway, not
+            # once they are up and a client waits. After a pass of the loop: the connections start first.
+            await anyio.lowlevel.checkpoint()
+            release_collector()
             with anyio.move_on_after(config.settings.startup_grace_seconds):
                 await hub.wait_started()
             if starting := [d.name for d in hub.downstreams.values() if not d.first_attempt.is_set()]:
