@@ -20,6 +20,7 @@ from mcp.server import Server
 
 from toolscore._engine import EngineSettings, PostExecutionHook, PreExecutionHook, ToolExecutionEngine, WrapHook
 from toolscore._reload import Reloaded, effective
+from toolscore._seal import Sealer
 from toolscore.audit.sinks import AuditSink, JsonlAuditSink, NullAuditSink
 from toolscore.config import Config, audit_path, load_config, server_log_dir
 from toolscore.downstream.connection import ServerState, ServerStatus
@@ -213,6 +214,8 @@ async def open_gateway(
     """
     state = open_state(config)  # None: every piece of state in this process
     records = state.episodes(config.settings.loop.episode_ttl_seconds) if state is not None else None
+    # A 2026-07-28 client's confirmation or plan approval may come back to any replica.
+    sealer = Sealer(await state.seal_key(), spend_once=state.spend_once) if state is not None else None
     directory = Directory()  # the principals' roles, as the HTTP front authenticates them
     policy = build_policy(config, state=state, directory=directory)
     sink = audit if audit is not None else _audit_sink(config)
@@ -298,6 +301,7 @@ async def open_gateway(
                 toolhub=toolhub,
                 delegator=delegator,
                 hidden_for=lambda caller: policy.hidden_for(caller),  # the policy in force (a reload replaces it)
+                sealer=sealer,
                 results=results,
             )
 

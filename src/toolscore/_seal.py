@@ -1,8 +1,12 @@
-"""Request states the gateway signs: HMAC-SHA256 with a key that never leaves this process.
+"""Request states the gateway signs: HMAC-SHA256 with a key no client sees.
 
 A 2026-07-28 client carries a request state from one round of a call to the next. Whatever the
 gateway puts in one of its own (its yes/no question, an era-bridged exchange) is sealed here, so a
 client can neither forge one nor alter what it binds; each owner checks the claims it bound.
+
+The key is random per process, unless replicas share one (`toolscore.state`: the front's sealer
+takes the deployment's key from Redis, so that a retry may reach any replica, and spends a state
+there, so that what may be used once is used once across them all).
 """
 
 from __future__ import annotations
@@ -13,9 +17,14 @@ import hmac
 import json
 import secrets
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
-__all__ = ["Sealer", "digest"]
+__all__ = ["Sealer", "SpendOnce", "digest"]
+
+SpendOnce = Callable[[str, float], Awaitable[bool]]
+"""Marks a nonce used until the given expiry (epoch seconds) where every replica sees it; False
+if it was used already."""
 
 _MAX_STATE_CHARS = 4096
 _MAX_SPENT = 10_000
@@ -28,14 +37,22 @@ def _b64(data: bytes) -> str:
 
 
 class Sealer:
-    """Signs and checks request states with a per-process random key."""
+    """Signs and checks request states: with a per-process random key, or the `key` given.
 
-    def __init__(self, key: bytes | None = None) -> None:
+    Args:
+        key: The key replicas share (None: a random one for this process).
+        spend_once: Where states are marked used when replicas share the key (None: here).
+    """
+
+    def __init__(self, key: bytes | None = None, *, spend_once: SpendOnce | None = None) -> None:
         self._key = key or secrets.token_bytes(32)
+        self._spend_once = spend_once
         self._spent: dict[str, float] = {}
 
-    def spend(self, claims: dict[str, Any]) -> bool:
+    async def spend(self, claims: dict[str, Any]) -> bool:
         """Mark an opened state used; False if it was used before (a replay)."""
+        if self._spend_once is not None:
+            return await self._spend_once(str(claims.get("nonce")), float(claims["exp"]))
         now = time.time()
         for nonce in [n for n, exp in self._spent.items() if exp < now]:
             del self._spent[nonce]

@@ -1,5 +1,6 @@
 """Two gateway replicas sharing a redis-server, with a token per principal: an episode moves
-across replicas for its own principal, never to another one, in both eras.
+across replicas for its own principal, never to another one, in both eras; a 2026-07-28 client's
+confirmation or plan approval asked on one replica is answered on the other, a plan's once.
 
 Before, every stateless request was one caller (`principal:bearer`): a client holding another
 token read a live episode on the other replica by its id; and a handshake-era session's episodes
@@ -9,17 +10,21 @@ were stored as "any connection's", so any client presenting the id read them the
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx2
 import mcp_types
 import pytest
 import redis
 from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
 
 from tests.conftest import fixture_entry, http_client, start_http_gateway, text, write_config
 from tests.scaleout.conftest import Replica
+from toolscore.front.confirm import CONFIRM_KEY
 
 pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
 
@@ -30,6 +35,7 @@ ERIN = "erin-0123456789abcdefghijkl"
 # Only carol and dave have quotas: the day's counters live in Redis, so two replicas share them.
 QUOTAS = {
     "enabled": True,
+    "destructive": "confirm",  # fx__delete: a question, answered on either replica
     "principals": {
         "carol": {"quota": {"calls_per_day": 3}},
         "dave": {"quota": {"result_bytes_per_day": 10}},
@@ -118,3 +124,62 @@ async def test_the_web_console_calls_as_the_principal_that_signed_in(replicas: t
         assert allowed["content"] == [{"type": "text", "text": "from the console"}], allowed
     callers = [json.loads(line).get("caller") for line in a.audit.read_text().splitlines()]
     assert "principal:erin/console" in callers and "principal:alice/console" in callers
+
+
+YES = {CONFIRM_KEY: mcp_types.ElicitResult(action="accept", content={"confirm": True})}
+
+
+@asynccontextmanager
+async def _asked(url: str, token: str) -> AsyncIterator[Client]:
+    """A 2026-07-28 client that can be asked (elicitation); its rounds are driven by the test."""
+
+    async def never(context: Any, params: mcp_types.ElicitRequestParams) -> mcp_types.ElicitResult:
+        raise AssertionError("the rounds are the test's")
+
+    async with (
+        httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60) as http,
+        Client(streamable_http_client(url, http_client=http), mode="auto", elicitation_callback=never) as client,
+    ):
+        yield client
+
+
+async def test_a_confirmation_asked_on_one_replica_is_answered_on_the_other(replicas: tuple[Replica, Replica]) -> None:
+    # Before, each replica signed request states with a key of its own: the retry was refused.
+    a, b = replicas
+    async with _asked(a.url, ALICE) as on_a, _asked(b.url, ALICE) as on_b:
+        asked = await on_a.session.call_tool("fx__delete", {"key": "k"}, allow_input_required=True)
+        assert isinstance(asked, mcp_types.InputRequiredResult) and asked.request_state, asked
+        state = asked.request_state
+        done = await on_b.session.call_tool(
+            "fx__delete", {"key": "k"}, input_responses=YES, request_state=state, allow_input_required=True
+        )
+        assert isinstance(done, mcp_types.CallToolResult) and not done.is_error, done
+    assert (b.audit.parent / "deleted-k").exists()  # run by the replica that got the answer
+    forged = b.audit.parent / "forged"
+    async with _asked(b.url, ALICE) as on_b:  # the shared key still binds the call: other arguments are refused
+        other = await on_b.session.call_tool(
+            "fx__delete", {"key": forged.name}, input_responses=YES, request_state=asked.request_state,
+            allow_input_required=True,
+        )  # fmt: skip
+        assert isinstance(other, mcp_types.CallToolResult) and other.is_error
+        assert "does not belong to this call" in text(other)
+    assert not (b.audit.parent / f"deleted-{forged.name}").exists()
+
+
+async def test_a_plan_approved_on_one_replica_runs_once_across_both(replicas: tuple[Replica, Replica]) -> None:
+    a, b = replicas
+    plan = {"plan": '<fx><delete>{"key": "p"}</delete></fx>'}
+    async with _asked(a.url, ALICE) as on_a, _asked(b.url, ALICE) as on_b:
+        asked = await on_a.session.call_tool("orchestrate", plan, allow_input_required=True)
+        assert isinstance(asked, mcp_types.InputRequiredResult) and asked.request_state, asked
+        ran = await on_b.session.call_tool(
+            "orchestrate", plan, input_responses=YES, request_state=asked.request_state, allow_input_required=True
+        )
+        assert isinstance(ran, mcp_types.CallToolResult) and not ran.is_error, ran
+        assert (b.audit.parent / "deleted-p").exists()
+        again = await on_a.session.call_tool(  # the same approval, back to the first replica
+            "orchestrate", plan, input_responses=YES, request_state=asked.request_state, allow_input_required=True
+        )
+        assert isinstance(again, mcp_types.CallToolResult) and again.is_error
+        assert "this approval was used already" in text(again), text(again)
+    assert not (a.audit.parent / "deleted-p").exists()

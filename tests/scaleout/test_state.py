@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -131,6 +132,21 @@ async def test_a_rate_limit_whose_redis_is_down_refuses_the_call_saying_why() ->
             await state.take_token("k", 1.0, 1)
     finally:
         await state.aclose()
+
+
+async def test_the_seal_key_is_shared_and_a_state_spent_once_and_a_redis_that_is_down_says_so(flushed: str) -> None:
+    first, second, down = RedisState(flushed), RedisState(flushed), RedisState(f"redis://127.0.0.1:{free_port()}/0")
+    try:
+        key = await first.seal_key()
+        assert key is not None and len(key) == 32 and await second.seal_key() == key  # the first one's
+        assert await first.spend_once("n1", time.time() + 60) is True
+        assert await second.spend_once("n1", time.time() + 60) is False  # spent on the other replica
+        assert await down.seal_key() is None  # that replica signs with a key of its own
+        with pytest.raises(Rejected, match="could not be checked"):  # an approval it cannot spend is not taken
+            await down.spend_once("n2", time.time() + 60)
+    finally:
+        for state in (first, second, down):
+            await state.aclose()
 
 
 async def test_two_gateways_in_process_share_episodes_and_buckets(flushed: str, tmp_path: Path) -> None:

@@ -89,7 +89,7 @@ def confirmer(
     bound = {"tool": params.name, "args": _digest(params.arguments), "caller": caller}
 
     async def ask_modern(question: str) -> bool:
-        return _ask_sealed(
+        return await _ask_sealed(
             params,
             sealer,
             bound,
@@ -101,7 +101,7 @@ def confirmer(
     return ask_modern
 
 
-def _ask_sealed(
+async def _ask_sealed(
     params: mcp_types.CallToolRequestParams,
     sealer: Sealer,
     bound: dict[str, Any],
@@ -119,7 +119,7 @@ def _ask_sealed(
         if claims is None or any(claims.get(k) != v for k, v in bound.items()):
             raise Rejected(mismatch, hook="destructive")
         if answer is not None:
-            if spent is not None and not sealer.spend(claims):
+            if spent is not None and not await sealer.spend(claims):
                 raise Rejected(spent, hook="destructive")
             return _accepted(answer)
     state = sealer.seal({**bound, "nonce": secrets.token_hex(8), "exp": time.time() + STATE_TTL_SECONDS})
@@ -147,7 +147,7 @@ def plan_approver(
     bound = {"tool": params.name, "args": _digest(params.arguments), "caller": caller}
 
     async def approve_modern(question: str, binding: str) -> bool:
-        return _ask_sealed(
+        return await _ask_sealed(
             params,
             sealer,
             {**bound, "plan": binding},

@@ -271,6 +271,7 @@ class ToolHandlers:
         toolhub: ToolHub | None = None,
         delegator: Delegator | None = None,
         hidden_for: HiddenFor | None = None,
+        sealer: Sealer | None = None,
     ) -> None:
         """Args:
         hub: The routed tools and their servers.
@@ -286,6 +287,8 @@ class ToolHandlers:
         delegator: The `delegate` tool, if configured.
         hidden_for: The routed tools a caller's own rules refuse (`constraints.principals`), left
             out of its `tools/list`; None where no caller has rules of its own.
+        sealer: Signs the request states of 2026-07-28 confirmations and plan approvals (None: a
+            key of this process's own; replicas share one, `toolscore._seal`).
         """
         self._hidden_for = hidden_for
         self._hub = hub
@@ -296,7 +299,7 @@ class ToolHandlers:
         self._lanes = Lanes(hub, engine, plans=self._plans_allowed, own=self._kept_off_hot_path)
         self._callers = callers
         self._peer_for = peer_for
-        self._sealer = Sealer()
+        self._sealer = sealer or Sealer()
         self._sessions = sessions
         self._bus = bus
         self._task_started = task_started
@@ -555,10 +558,12 @@ def build_server(
     delegator: Delegator | None = None,
     hidden_for: HiddenFor | None = None,
     results: ResultStore | None = None,
+    sealer: Sealer | None = None,
 ) -> FrontServer:
     """The front server over `hub`'s tools, calling through `engine`, plus `orchestrate` (and the
     ToolHub's tools); `hidden_for`: the tools a caller's own rules refuse, left out of its list;
-    `results`: the results kept by reference, which `resources/read` returns (`toolscore.spill`)."""
+    `results`: the results kept by reference, which `resources/read` returns (`toolscore.spill`);
+    `sealer`: signs the front's request states (replicas share its key)."""
     sessions: dict[int, ServerSession] = {}
     bus = InMemorySubscriptionBus()
     peers = FrontPeers(hub, LogLevels())
@@ -575,6 +580,7 @@ def build_server(
         toolhub=toolhub,
         delegator=delegator,
         hidden_for=hidden_for,
+        sealer=sealer,
     )
     server = FrontServer(tools, available=hub.capable, plan_tasks=tasks.plans)
     tools.register(server)

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import secrets
 import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -325,6 +326,36 @@ class RedisState:
                 await pipe.execute()
         except redis.RedisError as exc:
             log.warning("toolhub scores not saved: Redis failed", error=f"{type(exc).__name__}: {exc}")
+
+    async def seal_key(self) -> bytes | None:
+        """The key every replica signs request states with (`toolscore._seal`), made by the first
+        to ask; None when Redis fails (logged: this replica then signs with a key of its own)."""
+        key = f"{self.prefix}seal:key"
+        try:
+            await self._client.set(key, secrets.token_bytes(32), nx=True)
+            found = await self._client.get(key)
+        except redis.RedisError as exc:
+            log.warning(
+                "request states signed with this replica's own key: Redis failed",
+                error=f"{type(exc).__name__}: {exc}",
+            )
+            return None
+        return found if isinstance(found, bytes) and len(found) >= 32 else None
+
+    async def spend_once(self, nonce: str, expires: float) -> bool:
+        """Mark a request state's nonce used, across replicas, until it expires; False if it was."""
+        try:
+            done = await self._client.set(
+                f"{self.prefix}seal:spent:{nonce}", b"1", nx=True, exat=max(1, int(expires) + 1)
+            )
+        except redis.RedisError as exc:
+            # An approval that cannot be spent once is not taken: the call is refused, saying why.
+            log.error("request state not spent: Redis failed", error=f"{type(exc).__name__}: {exc}")
+            raise Rejected(
+                "the approval could not be checked (the shared state is unreachable); retry shortly",
+                hook="destructive",
+            ) from None
+        return bool(done)
 
     async def aclose(self) -> None:
         """Close the pool."""
