@@ -169,6 +169,13 @@ _WAIT_LEASE_MS = 2000
 """A waiting call that stops asking (its replica died) leaves the queue after this long."""
 
 
+def _unchecked(what: str, hook: str, exc: redis.RedisError) -> Rejected:
+    """A shared check Redis could not make (a limit, a quota, a cap, an approval's one use): it is
+    not skipped; the call is refused, saying why, and the failure logged."""
+    log.error("shared check not made: Redis failed", check=what, error=f"{type(exc).__name__}: {exc}")
+    return Rejected(f"{what} could not be checked (the shared state is unreachable); retry shortly", hook=hook)
+
+
 class RedisState:
     """The async side of shared state (buckets, episodes) over one connection pool.
 
@@ -193,12 +200,7 @@ class RedisState:
         try:
             reply = await self._take(keys=[f"{self.prefix}rate:{key}"], args=[repr(float(rate)), burst])
         except redis.RedisError as exc:
-            # A limit that cannot be checked is not skipped: the call is refused, saying why.
-            log.error("rate limit not checked: Redis failed", error=f"{type(exc).__name__}: {exc}")
-            raise Rejected(
-                "the rate limit could not be checked (the shared state is unreachable); retry shortly",
-                hook="rate_limits",
-            ) from None
+            raise _unchecked("the rate limit", "rate_limits", exc) from None
         wait = float(reply)
         return None if wait < 0 else wait
 
@@ -209,11 +211,7 @@ class RedisState:
                 keys=[f"{self.prefix}count:{key}"], args=[-1 if below is None else below, amount, max(1, int(ttl))]
             )
         except redis.RedisError as exc:
-            # As for the rate limit: a quota that cannot be checked refuses the call, saying why.
-            log.error("quota not checked: Redis failed", error=f"{type(exc).__name__}: {exc}")
-            raise Rejected(
-                "a quota could not be checked (the shared state is unreachable); retry shortly", hook="principals"
-            ) from None
+            raise _unchecked("a quota", "principals", exc) from None
         count = int(reply)
         return None if count < 0 else count
 
@@ -237,11 +235,7 @@ class RedisState:
                 first = "0"
                 await anyio.sleep(_POLL)
         except redis.RedisError as exc:
-            log.error("concurrency cap not checked: Redis failed", error=f"{type(exc).__name__}: {exc}")
-            raise Rejected(
-                "the concurrency cap could not be checked (the shared state is unreachable); retry shortly",
-                hook="concurrency",
-            ) from None
+            raise _unchecked("the concurrency cap", "concurrency", exc) from None
         except BaseException:
             with anyio.CancelScope(shield=True), contextlib.suppress(redis.RedisError):
                 await self._client.zrem(keys[1], holder)  # cancelled while waiting: leave the queue
@@ -349,12 +343,7 @@ class RedisState:
                 f"{self.prefix}seal:spent:{nonce}", b"1", nx=True, exat=max(1, int(expires) + 1)
             )
         except redis.RedisError as exc:
-            # An approval that cannot be spent once is not taken: the call is refused, saying why.
-            log.error("request state not spent: Redis failed", error=f"{type(exc).__name__}: {exc}")
-            raise Rejected(
-                "the approval could not be checked (the shared state is unreachable); retry shortly",
-                hook="destructive",
-            ) from None
+            raise _unchecked("the approval", "destructive", exc) from None  # not spent: not taken
         return bool(done)
 
     async def aclose(self) -> None:
