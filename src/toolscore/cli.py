@@ -52,7 +52,7 @@ EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE
 """What a shell reports for a command killed by SIGPIPE (`toolscore tools | head -1`)."""
 ONE_SHOT = ("check", "tools", "call")
 """Commands that start the servers, report once and stop."""
-GATEWAY_COMMANDS = ("serve", "check", "tools", "call")
+GATEWAY_COMMANDS = ("serve", *ONE_SHOT)
 """Commands that open the gateway: the collector stays held (`toolscore._gc`) until its hub waits for the servers."""
 CLIENT_COMMANDS = ("import", "register", "doctor")
 """Commands about the MCP clients' own configuration files (`toolscore.clients`)."""

@@ -334,7 +334,10 @@ class RedisState:
                 error=f"{type(exc).__name__}: {exc}",
             )
             return None
-        return found if isinstance(found, bytes) and len(found) >= 32 else None
+        if not isinstance(found, bytes) or len(found) < 32:  # not one a replica made: not trusted
+            log.warning("request states signed with this replica's own key: the shared one is too short", key=key)
+            return None
+        return found
 
     async def spend_once(self, nonce: str, expires: float) -> bool:
         """Mark a request state's nonce used, across replicas, until it expires; False if it was."""
