@@ -15,9 +15,12 @@ two batches written later for tuning (`"set": "tune-extra"`, and `"tune-2"` in t
 over the same tools before the ranker was run on them and never used to tune it, and the sealed
 `fresh-2` queries (`"set": "fresh-2"`), written in another style (situations, terse commands,
 idioms) before a later round of ranker changes and measured only before it and after its last
-change. Ranking changes are tuned on `tune+` only (`--misses` lists that part's failures unless
-told another); `held-out`, `fresh` and `fresh-2` say how well the ranker does on queries it was not
-fitted to, `original` and `all` are the sums.
+change. Two more batches are in the style of published tool-retrieval benchmarks (requests with
+concrete details, outcomes, search-box keywords, questions), each written from the tool
+definitions alone by a writer who saw neither the ranker nor any other query: `tune-3` (tuning,
+in `tune+`) and the sealed `fresh-3`. Ranking changes are tuned on `tune+` only (`--misses` lists
+that part's failures unless told another); `held-out`, `fresh`, `fresh-2` and `fresh-3` say how
+well the ranker does on queries it was not fitted to, `original` and `all` are the sums.
 
 Quality, per part: recall@1/5/10 (a grade-2 tool among the first k), MRR (of the first
 grade-2 tool; 0 past 100) and nDCG@10 (gains 2^grade - 1). Latency: `SearchIndex.search(query,
@@ -31,7 +34,7 @@ of one part (default `tune+`) whose grade-2 tool is not in the top 5, with what 
 every part's figures with it off and on, from the same index in the same run, and the search
 latency with it on (the first pass, which embeds the tools it meets, apart from the rest).
 `--weights 0.1,0.2,...` prints the tuning data's figures (`tune+` only) for each blend weight: the
-weight is chosen there, never on `held-out`, `fresh` or `fresh-2`.
+weight is chosen there, never on `held-out` or the `fresh` parts.
 
 Targets (issue "Finding the right tool among thousands"): recall@5 >= 0.90, MRR >= 0.75,
 p95 <= 5 ms at 2,000 tools.
@@ -59,7 +62,7 @@ from toolscore.toolhub.rerank import WEIGHT, Reranker, reranker_for
 from toolscore.toolhub.search import Hit, SearchIndex
 
 GOLDEN = Path(__file__).parent / "data" / "toolhub_golden.json"
-PARTS = ("tune", "tune-extra", "tune-2", "held-out", "fresh", "fresh-2")
+PARTS = ("tune", "tune-extra", "tune-2", "tune-3", "held-out", "fresh", "fresh-2", "fresh-3")
 
 
 def part(entry: dict[str, Any]) -> str:
@@ -76,7 +79,7 @@ def groups(queries: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     by = {name: [q for q in queries if part(q) == name] for name in PARTS}
     return {
         **by,
-        "tune+": by["tune"] + by["tune-extra"] + by["tune-2"],
+        "tune+": by["tune"] + by["tune-extra"] + by["tune-2"] + by["tune-3"],
         "original": by["tune"] + by["held-out"],
         "all": queries,
     }

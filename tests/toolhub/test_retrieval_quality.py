@@ -1,9 +1,9 @@
 """`search_tools` on the golden set (benchmarks/data/toolhub_golden.json) stays at least this good.
 
 The floors sit a little under what benchmarks/retrieval.py measured (docs/toolhub.md), per part of
-the set: the tuning data (`tune+`: the original queries' tune half and the `tune-extra` and
-`tune-2` batches), the original queries' `held-out` half, the `fresh` queries and the sealed
-`fresh-2` batch, so a change that makes retrieval worse fails here, on the queries it was tuned on
+the set: the tuning data (`tune+`: the original queries' tune half and the `tune-extra`, `tune-2` and
+`tune-3` batches), the original queries' `held-out` half, the `fresh` queries and the sealed
+`fresh-2` and `fresh-3` batches, so a change that makes retrieval worse fails here, on the queries it was tuned on
 or on the others; raise them when the ranker gets better.
 """
 
@@ -26,18 +26,19 @@ from toolscore.toolhub.text import terms
 
 GOLDEN = Path(__file__).parents[2] / "benchmarks" / "data" / "toolhub_golden.json"
 FLOORS = {
-    "tune+": {"recall@5": 0.84, "recall@10": 0.88, "MRR": 0.72, "nDCG@10": 0.75},
+    "tune+": {"recall@5": 0.72, "recall@10": 0.79, "MRR": 0.62, "nDCG@10": 0.65},
     "held-out": {"recall@5": 0.88, "recall@10": 0.92, "MRR": 0.71, "nDCG@10": 0.76},
     "fresh": {"recall@5": 0.77, "recall@10": 0.87, "MRR": 0.61, "nDCG@10": 0.66},
     "fresh-2": {"recall@5": 0.45, "recall@10": 0.61, "MRR": 0.30, "nDCG@10": 0.37},
+    "fresh-3": {"recall@5": 0.39, "recall@10": 0.48, "MRR": 0.31, "nDCG@10": 0.34},
 }
 
 
 def part(entry: dict[str, Any]) -> str:
-    """The part as benchmarks/retrieval.py splits the set, the two tuning batches as one."""
-    if entry.get("set") in ("fresh", "fresh-2"):
+    """The part as benchmarks/retrieval.py splits the set, the tuning batches as one."""
+    if entry.get("set") in ("fresh", "fresh-2", "fresh-3"):
         return str(entry["set"])
-    if entry.get("set") in ("tune-extra", "tune-2"):
+    if entry.get("set") in ("tune-extra", "tune-2", "tune-3"):
         return "tune+"
     return "tune+" if hashlib.sha256(entry["query"].encode()).digest()[0] % 2 == 0 else "held-out"
 
@@ -62,6 +63,7 @@ def test_the_golden_set_keeps_its_own_rules(golden: dict[str, Any], index: Searc
     assert len(golden["queries"]) >= 100
     assert sum(part(q) == "fresh" for q in golden["queries"]) >= 40
     assert sum(part(q) == "fresh-2" for q in golden["queries"]) >= 50
+    assert sum(part(q) == "fresh-3" for q in golden["queries"]) >= 50
     assert sum(part(q) == "held-out" for q in golden["queries"]) >= 60
     assert len({q["query"] for q in golden["queries"]}) == len(golden["queries"])
     assert sum(bool(q.get("hard_negatives")) for q in golden["queries"]) >= 20
