@@ -26,11 +26,11 @@ from toolscore.toolhub.text import terms
 
 GOLDEN = Path(__file__).parents[2] / "benchmarks" / "data" / "toolhub_golden.json"
 FLOORS = {
-    "tune+": {"recall@5": 0.72, "recall@10": 0.79, "MRR": 0.62, "nDCG@10": 0.65},
-    "held-out": {"recall@5": 0.88, "recall@10": 0.92, "MRR": 0.71, "nDCG@10": 0.76},
-    "fresh": {"recall@5": 0.77, "recall@10": 0.87, "MRR": 0.61, "nDCG@10": 0.66},
-    "fresh-2": {"recall@5": 0.45, "recall@10": 0.61, "MRR": 0.30, "nDCG@10": 0.37},
-    "fresh-3": {"recall@5": 0.39, "recall@10": 0.48, "MRR": 0.31, "nDCG@10": 0.34},
+    "tune+": {"recall@5": 0.77, "recall@10": 0.82, "MRR": 0.65, "nDCG@10": 0.68},
+    "held-out": {"recall@5": 0.88, "recall@10": 0.92, "MRR": 0.72, "nDCG@10": 0.76},
+    "fresh": {"recall@5": 0.80, "recall@10": 0.89, "MRR": 0.63, "nDCG@10": 0.68},
+    "fresh-2": {"recall@5": 0.51, "recall@10": 0.64, "MRR": 0.33, "nDCG@10": 0.40},
+    "fresh-3": {"recall@5": 0.42, "recall@10": 0.55, "MRR": 0.34, "nDCG@10": 0.38},
 }
 
 

@@ -103,6 +103,47 @@ def test_values_in_a_query_count_as_their_kind() -> None:
     assert idx.search("bob@example.com", 1)[0].matched == ("bob@example.com",)
 
 
+def test_a_commit_hash_counts_as_a_commit_and_an_owner_name_pair_as_a_repository() -> None:
+    idx = build(
+        tool("git_show", "Shows the contents of a commit.", {"revision": {}}),
+        tool("get_repository", "Get a repository's details.", {"owner": {}, "repo": {}}),
+        tool("read_write_mode", "Switch between read and write mode."),
+        tool("auth_token", "Get an auth token."),
+    )
+    assert names(idx, "what did a1b2c3d do") == ["s0__git_show"]  # seven hex digits or more: a commit
+    assert idx.search("a1b2c3d", 1)[0].matched == ("a1b2c3d",)
+    assert names(idx, "abc123") == []  # shorter, an id
+    assert names(idx, "details of acme/widgets") == ["s0__get_repository"]
+    assert names(idx, "octo-org/api-server") == ["s0__get_repository"]
+    assert names(idx, "read/write") == ["s0__read_write_mode"]  # two common words are words
+    assert names(idx, "src/auth") == ["s0__auth_token"]  # a project's own folder is a path
+    assert names(idx, "acme/widgets.md", 5) == []  # with an extension: a file
+
+
+def test_the_vocabulary_of_tool_tasks_meets_the_words_tools_use() -> None:
+    idx = build(
+        tool("manage_notification_subscription", "Manage notification subscription."),
+        tool("list_dependabot_alerts", "List dependabot alerts.", {"severity": {}}),
+        tool("advisories", "List security advisories."),
+        tool("start_video", "Start video recording."),
+        tool("handle_dialog", "Handle a dialog."),
+        tool("create_gist", "Create a gist."),
+        tool("merge_pull_request", "Merge a pull request."),
+        tool("get_sum", "Adds two numbers and returns their sum.", {"a": {}, "b": {}}),
+        tool("directory_tree", "Get a recursive tree of files."),
+        tool("add_observations", "Add observations to entities."),
+    )
+    assert names(idx, "too many pings") == ["s0__manage_notification_subscription"]
+    assert names(idx, "known vulnerable packages") == ["s0__advisories"]
+    assert names(idx, "screencast the session") == ["s0__start_video"]
+    assert names(idx, "accept the confirm box") == ["s0__handle_dialog"]
+    assert names(idx, "a paste link for this snippet") == ["s0__create_gist"]
+    assert names(idx, "squash and land it") == ["s0__merge_pull_request"]
+    assert names(idx, "17 plus 25") == ["s0__get_sum"]
+    assert names(idx, "the folder layout") == ["s0__directory_tree"]
+    assert names(idx, "note this fact") == ["s0__add_observations"]
+
+
 def test_a_time_of_day_and_a_zone_count_as_time_and_timezone() -> None:
     idx = build(
         tool("convert_time", "Convert time between timezones.", {"time": {}, "source_timezone": {}}),
@@ -130,6 +171,7 @@ def test_a_phrasal_verb_counts_as_the_verb_it_means() -> None:
     assert names(idx, "take a photo") == ["s0__take_photo"]  # `take` alone is `take`
     assert names(idx, "turn the page") == ["s0__turn_page"]
     assert names(idx, "turn, off", 5) == ["s0__turn_page"]  # a comma parts them: no phrase
+    assert search._PHRASES[(stem("signed"), "off")] == "approve"  # `sign off on PR 14`
 
 
 def test_a_number_inside_a_name_counts() -> None:

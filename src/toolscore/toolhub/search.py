@@ -12,7 +12,8 @@ so it is computed once when the index is built; a search only adds up the postin
 terms, a few thousand additions at 2,000 tools.
 
 A phrasal verb in a query counts as the verb it means (`turn it off`: `disable`, `take back`:
-`undo`), a time of day (`8am`, `17:00`) as `time`, a zone's abbreviation (`PST`) as `timezone`, and
+`undo`), a time of day (`8am`, `17:00`) as `time`, a zone's abbreviation (`PST`) as `timezone`, an
+`owner/name` pair (`acme/widgets`) as `repository`, a commit's hash (`4f2a9c1`) as `commit`, and
 the number inside a name (`base64`, `sha256`) as a word, where a bare number counts not at all.
 A query word also looks for its synonyms (`synonyms.py`) and its agent noun or verb (`indexer`
 for `index`, `index` for `indexer`) at a discount, and each query word counts once per tool, by its
@@ -134,6 +135,19 @@ _URL = re.compile(r"(?:[a-z][a-z0-9+.-]{0,15}://|www\.)\S|[\w-]{1,63}\.(?:com|or
 _FILE = re.compile(r"[\w*?./~-]{0,200}\w\.[A-Za-z][A-Za-z0-9]{0,3}$")
 _EMAIL = re.compile(r"[\w.+-]{1,64}@[\w-]{1,63}\.[\w.-]{2,}$")
 _DOTFILE = re.compile(r"\.[a-z][\w.-]{1,30}$")
+_SLUG = re.compile(r"[A-Za-z][\w.-]{0,38}/[A-Za-z][\w.-]{0,99}$")
+"""An `owner/name` pair (`acme/widgets`, `octo-org/api-server`): a repository, as hosts name them."""
+_FOLDER_TEXT = (
+    "src lib app apps bin docs doc test tests spec config conf build dist public static assets scripts "
+    "tmp var etc usr home data pkg cmd internal packages components "
+    "feature features release releases hotfix bugfix fix origin"
+)
+_FOLDERS = frozenset(_FOLDER_TEXT.split())
+"""Folders every project has, and branch prefixes (`feature/`, `origin/`): `src/auth` is a path, not a repository."""
+_SYNONYMS = stems()
+"""The words of the synonym groups: general tool vocabulary (`read`, `write`, `input`)."""
+_COMMIT_CHARS = 7
+"""A hash this long or longer is a commit (git's short hashes have seven hex digits); shorter, an id."""
 _CLOCK = re.compile(r"(?:[01]?\d|2[0-3])(?:[:.][0-5]\d)?[ap]\.?m\.?$|(?:[01]?\d|2[0-3]):[0-5]\d$", re.I)
 """A time of day: `8am`, `5:30pm`, `17:00`."""
 _ZONE_TEXT = (
@@ -165,6 +179,7 @@ _PHRASE_TEXT = {
     "hand over": "assign",
     "hand off": "assign",
     "sign up": "register",
+    "sign off": "approve",
 }
 _PHRASES: Mapping[tuple[str, str], str] = {
     (stem(phrase.split()[0]), phrase.split()[1]): verb for phrase, verb in _PHRASE_TEXT.items()
@@ -332,9 +347,10 @@ def _query(query: str, known: Callable[[str], bool]) -> list[_Word]:
     Each word counts stemmed, and as written against the names' exact forms (`=notifications`), so
     a plural asks more for `list_notifications` than for `get_notification_details`. Values in a
     query name a kind of thing, not a tool: a URL counts as `url`, a file name with an extension
-    (or a well-known one, `README`) as `file`, an e-mail address as `email`, and a bare number or a
-    hash (`abc123`) not at all. A camelCase word the index knows whole counts whole (`GitHub`,
-    `localStorage`), else by its parts. Two adjacent words the index knows as one count as one
+    (or a well-known one, `README`) as `file`, an e-mail address as `email`, an `owner/name` pair
+    (`acme/widgets`) as `repository`, a hash of seven hex digits or more (`4f2a9c1`) as `commit`, and
+    a bare number or a shorter hash (`abc123`) not at all. A camelCase word the index knows whole
+    counts whole (`GitHub`, `localStorage`), else by its parts. Two adjacent words the index knows as one count as one
     (`local storage` finds `localstorage`, `look up` is `lookup`), neither then on its own.
     A question word that opens the query or a clause adds its intent (`INTENTS`), worth less than a
     word of the query. A phrasal verb counts as the verb it means (`_phrased`), a time of day
@@ -359,6 +375,10 @@ def _query(query: str, known: Callable[[str], bool]) -> list[_Word]:
             if _EMAIL.match(bare)
             else "file"
             if _FILE.match(bare) or bare.lower() in _FILE_NAMES or _DOTFILE.match(token.strip(_PUNCTUATION[1:]))
+            else "repository"
+            if _slug(bare)
+            else "commit"
+            if len(bare) >= _COMMIT_CHARS and _hexish(bare.lower())
             else None
         )
         if kind is not None:
@@ -397,6 +417,18 @@ def _query(query: str, known: Callable[[str], bool]) -> list[_Word]:
         if intent not in out:
             out[intent] = _Word(asked, intent, None, _INTENT, counts=False)
     return list(out.values())
+
+
+def _slug(token: str) -> bool:
+    """`owner/name` that names a repository (`acme/widgets`, `octo-org/api-server`): not a path of a
+    project's own folders (`src/auth`, `feature/login`), nor a pair of short or common words
+    (`read/write`, `and/or`, `on/off`), which the query means as words."""
+    if not _SLUG.match(token):
+        return False
+    owner, name = token.lower().split("/", 1)
+    if owner in _FOLDERS:
+        return False
+    return not all(len(part) <= 3 or part in STOPWORDS or stem(part) in _SYNONYMS for part in (owner, name))
 
 
 def _phrased(tokens: list[str]) -> list[str]:
