@@ -4,6 +4,7 @@ and every kind of tampering found by `verify` at the record where it shows."""
 from __future__ import annotations
 
 import json
+import threading
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -117,6 +118,39 @@ def test_two_writers_on_one_file_keep_one_chain(tmp_path: Path) -> None:
     one.close()
     two.close()
     assert verify(audit_lines(path)).records == 6
+
+
+def test_two_writers_on_one_file_that_rotates_keep_one_chain(tmp_path: Path) -> None:
+    path = tmp_path / "audit.jsonl"
+    one, two = (JsonlAuditSink(path, max_bytes=900, backups=50) for _ in range(2))
+    for i in range(24):  # each rotates the file in turn; the other must follow it to the new one
+        (one if i % 3 else two).write(record(i))
+    one.close()
+    two.close()
+    assert len(audit_files(path)) > 4
+    report = verify(audit_lines(path))
+    assert report.whole and report.records == 24 and report.starts_at == GENESIS
+
+
+def test_writers_racing_on_one_file_that_rotates_keep_one_chain(tmp_path: Path) -> None:
+    path = tmp_path / "audit.jsonl"
+    sinks = [JsonlAuditSink(path, max_bytes=2000, backups=1000) for _ in range(4)]
+
+    def run(sink: JsonlAuditSink, base: int) -> None:
+        for i in range(60):
+            sink.write(record(base + i))
+
+    threads = [threading.Thread(target=run, args=(sink, n * 100)) for n, sink in enumerate(sinks)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for sink in sinks:
+        sink.close()
+    report = verify(audit_lines(path))
+    assert report.whole, report
+    assert report.records == 240 and report.starts_at == GENESIS
+    assert sorted(r.call_id for r in read_audit(path)) == sorted(f"c{n * 100 + i}" for n in range(4) for i in range(60))
 
 
 def test_records_before_the_chain_are_counted_apart(tmp_path: Path) -> None:

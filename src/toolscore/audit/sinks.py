@@ -155,6 +155,11 @@ def _dump_json(record: AuditRecord) -> str:
 class JsonlAuditSink:
     """Appends one JSON line per record to a file, created private (0600) if missing.
 
+    Gateways may share the file: each record is written under the file's advisory lock, after the
+    last record there. One that finds the file rotated away by another (or rotates it itself) opens
+    the file now at `path`, locks it and looks again, so every record goes to the newest file and
+    the chain stays one across writers and rotations.
+
     Args:
         path: The file.
         fsync: Also force each record to disk (survives a power cut; costs a disk flush per call).
@@ -171,11 +176,8 @@ class JsonlAuditSink:
         self._max_bytes = max_bytes
         self._backups = backups
         self._fd: int | None = self._open()
-        self._size = os.fstat(self._fd).st_size
-        self._head, self._torn = _tail(self._fd, self._size)
-        if self._size == 0 and (before := self.path.with_name(f"{self.path.name}.1")).is_file():
-            with open(before, "rb") as fh:  # rotated, then restarted before a record: go on from there
-                self._head = _tail(fh.fileno(), os.fstat(fh.fileno()).st_size)[0]
+        self._size = 0
+        self._head, self._torn = self._read_head(self._fd)
         self.lost = 0
         """Records that could not be written (since the sink was opened)."""
         self._failing = False
@@ -183,6 +185,15 @@ class JsonlAuditSink:
     def _open(self) -> int:
         # Read and write: the head of the chain is read back from the file (`_tail`).
         return os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
+
+    def _read_head(self, fd: int) -> tuple[str, bool]:
+        """The chain's head as `fd`'s file holds it (its size noted); for an empty file, the last
+        record of the file rotated before it (rotated, then restarted or followed before a record)."""
+        self._size = os.fstat(fd).st_size
+        if self._size == 0 and (before := self.path.with_name(f"{self.path.name}.1")).is_file():
+            with open(before, "rb") as fh:
+                return _tail(fh.fileno(), os.fstat(fh.fileno()).st_size)[0], False
+        return _tail(fd, self._size)
 
     def write(self, record: AuditRecord) -> None:
         """Hand the record's line to the kernel in one write.
@@ -196,7 +207,12 @@ class JsonlAuditSink:
         try:
             locked = _lock(self._fd)
             try:
-                self._append(record, fields)
+                for _ in range(_TRIES):
+                    if self._current() and self._append(record, fields):
+                        break
+                    locked = _lock(self._fd)  # a new file: lock it, then look again
+                else:  # overtaken again and again: kept where it is, not lost (`verify` shows the break)
+                    self._append(record, fields, rotate=False)
             finally:
                 if locked and self._fd is not None:
                     _unlock(self._fd)
@@ -210,20 +226,42 @@ class JsonlAuditSink:
             self._failing = False
             log.warning("audit file writable again", path=str(self.path), lost=self.lost)
 
-    def _append(self, record: AuditRecord, fields: dict[str, Any]) -> None:
+    def _current(self) -> bool:
+        """With the lock held: whether the descriptor is still the file at `path`; if another writer
+        rotated it away, the file now there is opened instead (False: the caller locks it)."""
         assert self._fd is not None
-        size = os.fstat(self._fd).st_size
-        if size != self._size:  # another process appended (or the file was cut): the head moved
-            self._head, self._torn = _tail(self._fd, size)
-            self._size = size
+        mine = os.fstat(self._fd)
+        try:
+            at = os.stat(self.path)
+        except FileNotFoundError:  # another writer is rotating: open (create) the file it will open
+            pass
+        else:
+            if (at.st_ino, at.st_dev) == (mine.st_ino, mine.st_dev):
+                return True
+        self._swap(self._open())
+        return False
+
+    def _swap(self, fd: int) -> None:
+        """Write to `fd` from now on; its head is read once its lock is held (`_append`)."""
+        assert self._fd is not None
+        old, self._fd, self._size, self._torn = self._fd, fd, -1, False
+        os.close(old)  # its lock goes with it
+
+    def _append(self, record: AuditRecord, fields: dict[str, Any], *, rotate: bool = True) -> bool:
+        """Write the record after the file's last one (True), or rotate the file first and write
+        nothing (False: the new file is not locked yet)."""
+        assert self._fd is not None
+        if os.fstat(self._fd).st_size != self._size:  # another writer appended, or a new file: the head moved
+            self._head, self._torn = self._read_head(self._fd)
         try:
             # msgspec writes the JSON `model_dump_json(exclude_none=True)` writes (a float's exponent
             # aside: 1e16 for 1e+16) in a third of the time, on the call's path.
             body = _encode({**fields, "prev": self._head})
         except (TypeError, ValueError):  # a lone surrogate (plan JSON allows "\ud800"), a value msgspec refuses
             body = (_dump_json(record)[:-1] + f',"prev":"{self._head}"}}').encode()
-        if self._max_bytes is not None and self._size and self._size + len(body) + 1 > self._max_bytes:
-            self._rotate()
+        full = self._max_bytes is not None and self._size and self._size + len(body) + 1 > self._max_bytes
+        if full and rotate and self._rotate():
+            return False
         line = b"\n" + body + b"\n" if self._torn else body + b"\n"  # a torn last line stays its own line
         written = os.write(self._fd, line)
         self._size += written
@@ -232,9 +270,10 @@ class JsonlAuditSink:
         self._head, self._torn = link(body), False
         if self._fsync:
             os.fsync(self._fd)
+        return True
 
-    def _rotate(self) -> None:
-        """Shift the backups and start a new file; if that fails, keep appending to the current one.
+    def _rotate(self) -> bool:
+        """Shift the backups and open a new file (True); if that fails, keep appending to the current one.
 
         The open descriptor follows its file through the renames and is swapped only once the new
         file is open, so a failure can never leave writes going to a closed (or reused) descriptor.
@@ -253,9 +292,9 @@ class JsonlAuditSink:
         except OSError as exc:
             log.error("audit rotation failed; appending to the current file", path=str(self.path), error=str(exc))
             self._size = 0  # try again after another max_bytes, not on every record
-            return
-        old, self._fd, self._size, self._torn = self._fd, fd, 0, False  # the head goes on into the new file
-        os.close(old)
+            return False
+        self._swap(fd)  # the head goes on into the new file, read back from the one before it
+        return True
 
     def close(self) -> None:
         """Close the file; later writes are dropped."""
@@ -265,6 +304,8 @@ class JsonlAuditSink:
 
 
 _TAIL_CHUNK = 65536
+_TRIES = 64
+"""New files (rotated by this writer or another) followed for one record before it is written where it is."""
 
 
 def _lock(fd: int) -> bool:
