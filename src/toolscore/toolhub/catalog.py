@@ -44,8 +44,9 @@ def search_tools_tool() -> mcp_types.Tool:
     return mcp_types.Tool(
         name=SEARCH_TOOLS,
         description=(
-            "Find tools by what they do, in your own words: the top k with full input schemas, score and "
-            "matched words; server/capability narrow it. Call one with call_tool or in an orchestrate plan."
+            "Find tools by what they do, as an action and its object ('delete file'): the top k with full "
+            "input schemas, score and matched words; server/capability narrow it. Call one with call_tool or "
+            "in an orchestrate plan."
         ),
         input_schema={
             "type": "object",
