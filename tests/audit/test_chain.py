@@ -120,6 +120,14 @@ def test_two_writers_on_one_file_keep_one_chain(tmp_path: Path) -> None:
     assert verify(audit_lines(path)).records == 6
 
 
+def test_a_file_rotated_with_no_backups_kept_never_claims_to_start_the_chain(tmp_path: Path) -> None:
+    path = written(tmp_path / "audit.jsonl", 12, max_bytes=900, backups=0)
+    assert audit_files(path) == [path]
+    report = verify(audit_lines(path))
+    assert report.whole and report.starts_at != GENESIS  # the records before it are gone, and it says so
+    assert json.loads(lines(path)[0])["prev"] == report.starts_at
+
+
 def test_two_writers_on_one_file_that_rotates_keep_one_chain(tmp_path: Path) -> None:
     path = tmp_path / "audit.jsonl"
     one, two = (JsonlAuditSink(path, max_bytes=900, backups=50) for _ in range(2))

@@ -176,7 +176,7 @@ class JsonlAuditSink:
         self._max_bytes = max_bytes
         self._backups = backups
         self._fd: int | None = self._open()
-        self._size = 0
+        self._size, self._head, self._torn = 0, GENESIS, False
         self._head, self._torn = self._read_head(self._fd)
         self.lost = 0
         """Records that could not be written (since the sink was opened)."""
@@ -188,9 +188,14 @@ class JsonlAuditSink:
 
     def _read_head(self, fd: int) -> tuple[str, bool]:
         """The chain's head as `fd`'s file holds it (its size noted); for an empty file, the last
-        record of the file rotated before it (rotated, then restarted or followed before a record)."""
+        record of the file rotated before it (rotated, then restarted or followed before a record),
+        or, where none is kept (`backups: 0`), the head this writer knows: a new file never claims
+        to start the chain."""
         self._size = os.fstat(fd).st_size
-        if self._size == 0 and (before := self.path.with_name(f"{self.path.name}.1")).is_file():
+        if self._size == 0:
+            before = self.path.with_name(f"{self.path.name}.1")
+            if not before.is_file():
+                return self._head, False
             with open(before, "rb") as fh:
                 return _tail(fh.fileno(), os.fstat(fh.fileno()).st_size)[0], False
         return _tail(fd, self._size)
