@@ -350,8 +350,9 @@ def _query(query: str, known: Callable[[str], bool]) -> list[_Word]:
     (or a well-known one, `README`) as `file`, an e-mail address as `email`, an `owner/name` pair
     (`acme/widgets`) as `repository`, a hash of seven hex digits or more (`4f2a9c1`) as `commit`, and
     a bare number or a shorter hash (`abc123`) not at all. A camelCase word the index knows whole
-    counts whole (`GitHub`, `localStorage`), else by its parts. Two adjacent words the index knows as one count as one
-    (`local storage` finds `localstorage`, `look up` is `lookup`), neither then on its own.
+    counts whole (`GitHub`, `localStorage`), else by its parts. Two adjacent words the index knows
+    as one count as one (`local storage` finds `localstorage`, `look up` is `lookup`), neither then
+    on its own.
     A question word that opens the query or a clause adds its intent (`INTENTS`), worth less than a
     word of the query. A phrasal verb counts as the verb it means (`_phrased`), a time of day
     (`8am`, `17:00`) as `time`, a zone's abbreviation in capitals (`PST`) as `timezone`, and the
