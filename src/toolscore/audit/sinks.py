@@ -296,8 +296,7 @@ class JsonlAuditSink:
             fd = self._open()
         except OSError as exc:
             log.error("audit rotation failed; appending to the current file", path=str(self.path), error=str(exc))
-            self._size = 0  # try again after another max_bytes, not on every record
-            return False
+            return False  # the next record past `max_bytes` tries again
         self._swap(fd)  # the head goes on into the new file, read back from the one before it
         return True
 

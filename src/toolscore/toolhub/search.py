@@ -552,7 +552,7 @@ class SearchIndex:
         # 2,000 tools, and no search pays for it.
         self._expanded: dict[str, dict[int, float]] = {}
         self._named: dict[str, frozenset[int]] = {}
-        for term in sorted(stems() | {t for t in self._postings if not t.startswith("=")}):
+        for term in sorted(_SYNONYMS | {t for t in self._postings if not t.startswith("=")}):
             kin = sorted(r for r in _relatives(term) if r in self._postings)
             others = [(o, _SYNONYM) for o in sorted(related(term))] + [(r, _RELATIVE) for r in kin]
             best = dict(self._postings.get(term, {}))
