@@ -1,13 +1,15 @@
 """The order the suite's files start in (tests/conftest.py): the long ones first, then those that
-start processes, then the in-memory ones."""
+start processes, then the in-memory ones; and where coverage traces."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
+import coverage
 import pytest
 
-from tests.conftest import LONG_FILES
+from tests.conftest import CORE_TESTS, LONG_FILES
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -25,3 +27,15 @@ def test_this_run_starts_the_long_files_first_then_those_that_start_processes(re
     starts_processes = {item.nodeid.split("::")[0] for item in items if item.get_closest_marker("e2e")}
     rest = files[len(long) :]
     assert rest == sorted(rest, key=lambda path: path not in starts_processes)
+
+
+def test_the_cores_own_tests_are_where_they_are_named() -> None:
+    assert [path for path in CORE_TESTS if not (ROOT / path).exists()] == []
+
+
+def test_coverage_of_the_core_does_not_trace_the_other_tests(request: pytest.FixtureRequest) -> None:
+    sources = set(getattr(request.config.option, "cov_source", None) or ())
+    if not sources or not sources <= {"toolscore.plan", "toolscore.policy", "toolscore._engine"}:
+        pytest.skip("runs under coverage of the core alone, as ./scripts/test measures it")
+    assert coverage.Coverage.current() is not None  # coverage is measuring this run, but not here
+    assert sys.gettrace() is None
