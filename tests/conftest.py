@@ -281,10 +281,10 @@ def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
     function call of every test, traced module or not: it doubled the in-memory tier's CPU (75 s
     to 168 s on 2 cores) for a floor the core's tests meet alone. `--cov=toolscore` traces all.
 
-    The collector is paused, not stopped: `Coverage.stop()` and `start()` replace its tracers, and
-    a worker whose last tracers saw no traced line then saves none of what the earlier ones saw.
-    A coverage without `_collector` (a later release) traces everything, as before: slower, not
-    wrong."""
+    The collector is paused, not stopped: stopping and starting the `Coverage` around each test
+    (new tracers each time) reported 70.7 % where pausing reports the 94.0 % that the core's tests
+    reach run alone; lines were lost, by a cause not traced further. A coverage without
+    `_collector` (a later release) traces everything, as before: slower, not wrong."""
     sources = set(getattr(item.config.option, "cov_source", None) or ())
     cov = coverage.Coverage.current() if sources else None
     collector = getattr(cov, "_collector", None)
