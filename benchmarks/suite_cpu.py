@@ -90,7 +90,7 @@ def _by_command(records: bytes, root: int) -> dict[str, tuple[int, float]]:
     todo, seen = [root], set()
     while todo:
         for pid, name, cpu in children.get(todo.pop(), []):
-            if pid in seen:  # a pid the kernel reused: counted once
+            if pid in seen:  # a pid the kernel reused within the run: walked once, so the walk ends
                 continue
             seen.add(pid)
             count, total = totals.get(name, (0, 0.0))
@@ -101,6 +101,28 @@ def _by_command(records: bytes, root: int) -> dict[str, tuple[int, float]]:
 
 def _load() -> str:
     return Path("/proc/loadavg").read_text().split()[0]
+
+
+def _run_files(files: list[str], pytest_args: str) -> bool:
+    """Run pytest on each file in turn, printing its line; True if any run failed."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}  # as ./scripts/test runs
+    pytest = [sys.executable, "-m", "pytest", *shlex.split(pytest_args)]
+    print(f"{'file':<56} {'CPU s':>7} {'wall s':>7}  load  outcome")
+    failed = False
+    for file in files:
+        before, load, start = _tree_cpu(), _load(), time.monotonic()
+        done = subprocess.run([*pytest, file], env=env, capture_output=True, text=True, check=False)
+        wall = time.monotonic() - start
+        complete = _reap_orphans()
+        cpu = _tree_cpu() - before
+        lines = done.stdout.strip().splitlines()
+        outcome = (lines[-1] if lines else "no output").strip("= ")
+        note = "" if complete else " (processes still running: CPU undercounted)"
+        print(f"{file:<56} {cpu:7.1f} {wall:7.1f}  {load}→{_load()}  {outcome}{note}", flush=True)
+        if done.returncode != 0:  # what failed, so that a rare failure is not lost to the figures
+            failed = True
+            print("\n".join("    " + line for line in lines[-40:]), flush=True)
+    return failed
 
 
 def main() -> int:
@@ -125,26 +147,15 @@ def main() -> int:
         accounting.touch()
         if libc.acct(str(accounting).encode()) != 0:
             print(f"suite_cpu: acct(2) failed: {os.strerror(ctypes.get_errno())} (root only)", file=sys.stderr)
+            accounting.unlink()
+            accounting.parent.rmdir()
             return 2
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}  # as ./scripts/test runs
-    pytest = [sys.executable, "-m", "pytest", *shlex.split(args.pytest_args)]
-    print(f"{'file':<56} {'CPU s':>7} {'wall s':>7}  load  outcome")
-    failed = False
-    for file in args.files:
-        before, load, start = _tree_cpu(), _load(), time.monotonic()
-        done = subprocess.run([*pytest, file], env=env, capture_output=True, text=True, check=False)
-        wall = time.monotonic() - start
-        complete = _reap_orphans()
-        cpu = _tree_cpu() - before
-        lines = done.stdout.strip().splitlines()
-        outcome = (lines[-1] if lines else "no output").strip("= ")
-        note = "" if complete else " (processes still running: CPU undercounted)"
-        print(f"{file:<56} {cpu:7.1f} {wall:7.1f}  {load}→{_load()}  {outcome}{note}", flush=True)
-        if done.returncode != 0:  # what failed, so that a rare failure is not lost to the figures
-            failed = True
-            print("\n".join("    " + line for line in lines[-40:]), flush=True)
+    try:
+        failed = _run_files(args.files, args.pytest_args)
+    finally:  # accounting is machine-wide: it never outlives the run, whatever ends it
+        if accounting is not None:
+            libc.acct(None)
     if accounting is not None:
-        libc.acct(None)
         totals = _by_command(accounting.read_bytes(), os.getpid())
         accounting.unlink()
         accounting.parent.rmdir()
