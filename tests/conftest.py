@@ -274,6 +274,12 @@ CORE_TESTS = ("tests/plan/", "tests/policy/", "tests/test_engine.py")
 """The core's own tests: the floor is theirs to meet."""
 
 
+def measures_the_core_alone(config: pytest.Config) -> bool:
+    """Whether this run's coverage measures the core and nothing else (./scripts/test)."""
+    sources = set(getattr(config.option, "cov_source", None) or ())
+    return bool(sources) and sources <= set(CORE)
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
     """Trace the core only while its own tests run (setup and teardown included), when coverage
@@ -285,15 +291,9 @@ def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
     (new tracers each time) reported 70.7 % where pausing reports the 94.0 % that the core's tests
     reach run alone; lines were lost, by a cause not traced further. A coverage without
     `_collector` (a later release) traces everything, as before: slower, not wrong."""
-    sources = set(getattr(item.config.option, "cov_source", None) or ())
-    cov = coverage.Coverage.current() if sources else None
-    collector = getattr(cov, "_collector", None)
-    if (
-        collector is None
-        or not hasattr(collector, "pause")
-        or not sources <= set(CORE)
-        or item.nodeid.startswith(CORE_TESTS)
-    ):
+    alone = measures_the_core_alone(item.config)
+    collector = getattr(coverage.Coverage.current() if alone else None, "_collector", None)
+    if collector is None or not hasattr(collector, "pause") or item.nodeid.startswith(CORE_TESTS):
         yield
         return
     collector.pause()

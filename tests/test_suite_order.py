@@ -9,7 +9,7 @@ from pathlib import Path
 import coverage
 import pytest
 
-from tests.conftest import CORE, CORE_TESTS, LONG_FILES
+from tests.conftest import CORE_TESTS, LONG_FILES, measures_the_core_alone
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -34,8 +34,7 @@ def test_the_cores_own_tests_are_where_they_are_named() -> None:
 
 
 def test_coverage_of_the_core_does_not_trace_the_other_tests(request: pytest.FixtureRequest) -> None:
-    sources = set(getattr(request.config.option, "cov_source", None) or ())
-    if not sources or not sources <= set(CORE):
+    if not measures_the_core_alone(request.config):
         pytest.skip("runs under coverage of the core alone, as ./scripts/test measures it")
     assert coverage.Coverage.current() is not None  # coverage is measuring this run, but not here
     assert sys.gettrace() is None
