@@ -116,8 +116,38 @@ def test_a_commit_hash_counts_as_a_commit_and_an_owner_name_pair_as_a_repository
     assert names(idx, "details of acme/widgets") == ["s0__get_repository"]
     assert names(idx, "octo-org/api-server") == ["s0__get_repository"]
     assert names(idx, "read/write") == ["s0__read_write_mode"]  # two common words are words
-    assert names(idx, "src/auth") == ["s0__auth_token"]  # a project's own folder is a path
     assert names(idx, "acme/widgets.md", 5) == []  # with an extension: a file
+
+
+@pytest.mark.parametrize("where", ["~/projects/data", "/var/log/app", "./build", "src/auth", "src/", "C:\\work\\data"])
+def test_a_local_path_counts_as_a_path_not_as_its_folders_names(where: str) -> None:
+    idx = build(
+        tool("list_directory", "List the entries of a directory.", {"path": {}}),
+        tool("list_projects", "List the projects of an account."),
+        tool("auth_token", "Get an auth token."),
+        tool("get_data", "Get the data of a record."),
+        tool("start_build", "Start a build."),
+    )
+    assert names(idx, f"what is in {where}") == ["s0__list_directory"]
+    assert idx.search(where, 1)[0].matched == (where,)
+
+
+def test_a_url_path_keeps_its_words_a_branch_and_a_version_count_as_such() -> None:
+    idx = build(
+        tool("mock_route", "Answer the requests to a URL pattern with a mocked response.", {"pattern": {}}),
+        tool("checkout_order", "Check out the cart as an order."),
+        tool("list_branches", "List the branches of a repository.", {"branch": {}}),
+        tool("get_release_by_tag", "Get a release by its tag."),
+        tool("read_file", "Read a file.", {"path": {}}),
+        tool("read_multiple_files", "Read several files at once.", {"paths": {}}),
+    )
+    # a route of a web app is not a host's folder: its words say what it serves
+    assert names(idx, "checkout /api/checkout") == ["s0__checkout_order"]
+    assert names(idx, "is it merged into release/1.4") == ["s0__list_branches"]  # not a repository
+    assert names(idx, "notes for v14.2.0") == ["s0__get_release_by_tag"]
+    assert names(idx, "what shipped in 2.31.0") == ["s0__get_release_by_tag"]
+    assert names(idx, "show a.yml") == ["s0__read_file"]
+    assert names(idx, "show a.yml b.yml c.yml") == ["s0__read_multiple_files"]  # several: files
 
 
 def test_the_vocabulary_of_tool_tasks_meets_the_words_tools_use() -> None:

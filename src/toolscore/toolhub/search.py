@@ -139,11 +139,21 @@ _SLUG = re.compile(r"[A-Za-z][\w.-]{0,38}/[A-Za-z][\w.-]{0,99}$")
 """An `owner/name` pair (`acme/widgets`, `octo-org/api-server`): a repository, as hosts name them."""
 _FOLDER_TEXT = (
     "src lib app apps bin docs doc test tests spec config conf build dist public static assets scripts "
-    "tmp var etc usr home data pkg cmd internal packages components "
-    "feature features release releases hotfix bugfix fix origin"
+    "tmp var etc usr home data pkg cmd internal packages components"
 )
 _FOLDERS = frozenset(_FOLDER_TEXT.split())
-"""Folders every project has, and branch prefixes (`feature/`, `origin/`): `src/auth` is a path, not a repository."""
+"""Folders every project has: `src/auth` is a path, not a repository."""
+_BRANCH_TEXT = "feature features release releases hotfix bugfix fix origin upstream"
+_BRANCHES = frozenset(_BRANCH_TEXT.split())
+"""Branch prefixes and remotes: `release/1.4`, `feature/login`, `origin/main` name a branch."""
+_PATH_HEADS = ("~/", "./", "../", "~\\", ".\\", "..\\")
+_ROOT_TEXT = "home users root tmp var etc usr opt srv mnt media data workspace work code private volumes"
+_ROOTS = frozenset(_ROOT_TEXT.split())
+"""A host's top folders: `/var/log/app` is a path; `/api/orders` (any other first name) a URL's,
+whose words say what it serves."""
+_VERSION = re.compile(r"[vV]\d{1,6}(?:\.\d{1,6}){1,3}(?:-[\w.]{1,20})?|\d{1,6}(?:\.\d{1,6}){2,3}(?:-[\w.]{1,20})?")
+"""A version (`v14.2.0`, `1.4.2`, `v2.0-rc1`): the release or tag it names, not its digits."""
+_DRIVE = re.compile(r"[A-Za-z]:[\\/]")
 _SYNONYMS = stems()
 """The words of the synonym groups: general tool vocabulary (`read`, `write`, `input`)."""
 _COMMIT_CHARS = 7
@@ -348,8 +358,11 @@ def _query(query: str, known: Callable[[str], bool]) -> list[_Word]:
     a plural asks more for `list_notifications` than for `get_notification_details`. Values in a
     query name a kind of thing, not a tool: a URL counts as `url`, a file name with an extension
     (or a well-known one, `README`) as `file`, an e-mail address as `email`, an `owner/name` pair
-    (`acme/widgets`) as `repository`, a hash of seven hex digits or more (`4f2a9c1`) as `commit`, and
-    a bare number or a shorter hash (`abc123`) not at all. A camelCase word the index knows whole
+    (`acme/widgets`) as `repository`, a hash of seven hex digits or more (`4f2a9c1`) as `commit`, a
+    local path (`~/projects/data`, `src/auth`, `./build`) as `path`, a branch under a common prefix
+    (`release/1.4`) as `branch`, a version (`v14.2.0`) as `version`, and a bare number or a shorter
+    hash (`abc123`) not at all; a second value of a kind asks for the plural (`a.yml b.yml`: `files`).
+    A URL's path on its own (`/api/orders`) keeps its words. A camelCase word the index knows whole
     counts whole (`GitHub`, `localStorage`), else by its parts. Two adjacent words the index knows
     as one count as one (`local storage` finds `localstorage`, `look up` is `lookup`), neither then
     on its own.
@@ -365,6 +378,7 @@ def _query(query: str, known: Callable[[str], bool]) -> list[_Word]:
     lowered = head.lower().split()
     for token in _phrased(head.split()):
         bare = _POSSESSIVE.sub("", token.strip(_PUNCTUATION))  # the page's storage: the page, storage
+        dotted = token.strip(_PUNCTUATION[1:]).rstrip(".")  # its leading dots kept: `./build`, `.env`
         kind = (
             "time"
             if _CLOCK.match(bare)
@@ -376,6 +390,12 @@ def _query(query: str, known: Callable[[str], bool]) -> list[_Word]:
             if _EMAIL.match(bare)
             else "file"
             if _FILE.match(bare) or bare.lower() in _FILE_NAMES or _DOTFILE.match(token.strip(_PUNCTUATION[1:]))
+            else "version"
+            if _VERSION.fullmatch(bare)
+            else "path"
+            if _path(dotted)
+            else "branch"
+            if _branch(bare)
             else "repository"
             if _slug(bare)
             else "commit"
@@ -385,7 +405,9 @@ def _query(query: str, known: Callable[[str], bool]) -> list[_Word]:
         if kind is not None:
             term = stem(kind)
             if term not in out:
-                out[term] = _Word(bare, term, f"={kind}")
+                out[term] = _Word(dotted if kind == "path" else bare, term, f"={kind}")
+            elif out[term].exact == f"={kind}":  # a second value of the kind: `a.yml b.yml` asks for files
+                out[term] = _Word(out[term].text, term, f"={kind}s")
             previous = added = None
             continue
         if _hexish(bare.lower()):
@@ -420,6 +442,28 @@ def _query(query: str, known: Callable[[str], bool]) -> list[_Word]:
     return list(out.values())
 
 
+def _path(token: str) -> bool:
+    """A local path without an extension (`~/projects/data`, `/var/log/app`, `./build`, `C:\\work`,
+    `src/components/forms`): its folders' names are where the thing is, not what the query asks."""
+    if len(token) < 3 or token.startswith("//"):
+        return False
+    if token.startswith(_PATH_HEADS) or _DRIVE.match(token):
+        return any(c.isalnum() for c in token)
+    if token.startswith("/"):
+        return token[1:].split("/", 1)[0].lower() in _ROOTS
+    if token.count("/") >= 2:
+        return all(token.split("/"))  # `a/b/c`, not `and/or/` nor `a//b`
+    if token.endswith("/") and token[:-1].replace("-", "").replace("_", "").replace(".", "").isalnum():
+        return True  # `src/`, `node_modules/`: a folder
+    return "/" in token and token.split("/", 1)[0].lower() in _FOLDERS and bool(token.split("/", 1)[1])
+
+
+def _branch(token: str) -> bool:
+    """`release/1.4`, `feature/login`, `origin/main`: a branch under a common prefix or a remote."""
+    head, _, tail = token.partition("/")
+    return bool(tail) and "/" not in tail and head.lower() in _BRANCHES
+
+
 def _slug(token: str) -> bool:
     """`owner/name` that names a repository (`acme/widgets`, `octo-org/api-server`): not a path of a
     project's own folders (`src/auth`, `feature/login`), nor a pair of short or common words
@@ -427,7 +471,7 @@ def _slug(token: str) -> bool:
     if not _SLUG.match(token):
         return False
     owner, name = token.lower().split("/", 1)
-    if owner in _FOLDERS:
+    if owner in _FOLDERS or owner in _BRANCHES:
         return False
     return not all(len(part) <= 3 or part in STOPWORDS or stem(part) in _SYNONYMS for part in (owner, name))
 

@@ -83,7 +83,7 @@ GROUPS: tuple[tuple[str, ...], ...] = (
     ("symbol", "function", "class", "definition", "method"),
     ("graph", "knowledge", "entity", "relation"),
     ("relation", "link", "connect", "associate", "relationship"),
-    ("web", "internet", "online"),
+    ("web", "internet", "online", "google", "bing"),
     ("secret", "password", "token", "credential"),
     ("research", "investigate", "study", "report"),
     ("environment", "env"),
@@ -108,6 +108,7 @@ GROUPS: tuple[tuple[str, ...], ...] = (
     ("video", "recording", "record", "screencast"),
     ("dialog", "popup", "modal", "confirm"),
     ("gist", "paste", "pastebin"),
+    ("version", "release", "tag"),
 )
 """Each group: words that name the same thing in a tool catalog. Stemmed on import."""
 
