@@ -116,6 +116,7 @@ def test_a_commit_hash_counts_as_a_commit_and_an_owner_name_pair_as_a_repository
     assert names(idx, "details of acme/widgets") == ["s0__get_repository"]
     assert names(idx, "octo-org/api-server") == ["s0__get_repository"]
     assert names(idx, "read/write") == ["s0__read_write_mode"]  # two common words are words
+    assert names(idx, "read/write/execute mode") == ["s0__read_write_mode"]  # three too: not a path
     assert names(idx, "acme/widgets.md", 5) == []  # with an extension: a file
 
 

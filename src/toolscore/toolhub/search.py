@@ -451,8 +451,9 @@ def _path(token: str) -> bool:
         return any(c.isalnum() for c in token)
     if token.startswith("/"):
         return token[1:].split("/", 1)[0].lower() in _ROOTS
-    if token.count("/") >= 2:
-        return all(token.split("/"))  # `a/b/c`, not `and/or/` nor `a//b`
+    if token.count("/") >= 2:  # `a/b/c`: not `a//b`, nor words (`read/write/execute`)
+        parts = token.lower().split("/")
+        return all(parts) and not all(_general(part) for part in parts)
     if token.endswith("/") and token[:-1].replace("-", "").replace("_", "").replace(".", "").isalnum():
         return True  # `src/`, `node_modules/`: a folder
     return "/" in token and token.split("/", 1)[0].lower() in _FOLDERS and bool(token.split("/", 1)[1])
@@ -473,7 +474,12 @@ def _slug(token: str) -> bool:
     owner, name = token.lower().split("/", 1)
     if owner in _FOLDERS or owner in _BRANCHES:
         return False
-    return not all(len(part) <= 3 or part in STOPWORDS or stem(part) in _SYNONYMS for part in (owner, name))
+    return not (_general(owner) and _general(name))
+
+
+def _general(word: str) -> bool:
+    """A short, grammatical or general tool word (`on`, `and`, `read`): one a pair of values is not made of."""
+    return len(word) <= 3 or word in STOPWORDS or stem(word) in _SYNONYMS
 
 
 def _phrased(tokens: list[str]) -> list[str]:
