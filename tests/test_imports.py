@@ -58,6 +58,9 @@ NOT_FOR_PASSTHROUGH = (
     "mcp.client._memory",
     "mcp.shared.memory",
     "mcp.server.mcpserver",
+    # the HTTP client library: HTTP servers, token exchange and the loop's own model endpoints only
+    "httpx2",
+    "toolscore.downstream.bearer",
     # shared state
     "toolscore.state.redis_store",
     "toolscore.state.episodes",

@@ -22,11 +22,11 @@ import pytest
 from tests.fixtures.fixture_server import build_server
 from toolscore import testing
 from toolscore.config import ServerConfig, parse_config
+from toolscore.downstream.bearer import BearerAuth
 from toolscore.downstream.credentials import (
     ACCESS_TOKEN_TYPE,
     REFUSED_RENEWAL_SECONDS,
     TOKEN_EXCHANGE_GRANT,
-    BearerAuth,
     PerPrincipal,
     SubjectTokens,
     TokenExchange,

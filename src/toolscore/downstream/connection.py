@@ -16,6 +16,7 @@ supervisor: one failing server never breaks the others or the gateway.
 from __future__ import annotations
 
 import copy
+import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
@@ -27,7 +28,6 @@ from typing import Any, Self, TypeVar
 
 import anyio
 import anyio.abc
-import httpx2
 import mcp_types
 import structlog
 from mcp import MCPError
@@ -72,6 +72,20 @@ BACKOFF_MAX = 10.0
 _LIST_PAGES_MAX = 100
 _CLIENT_INFO = mcp_types.Implementation(name="toolscore", version=__version__)
 _LOST_ERRORS = (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError)
+
+
+def _http_errors(name: str = "TransportError") -> tuple[type[BaseException], ...]:
+    """httpx2's exception class `name` where httpx2 is loaded (an HTTP connection loads it); else
+    none, as nothing can raise one: a gateway with only stdio servers never imports httpx2."""
+    httpx2 = sys.modules.get("httpx2")
+    return (getattr(httpx2, name),) if httpx2 is not None else ()
+
+
+def _lost(*more: type[BaseException]) -> tuple[type[BaseException], ...]:
+    """`more`, and the errors of a lost connection: anyio's, and httpx2's transport errors."""
+    return (*more, *_LOST_ERRORS, *_http_errors())
+
+
 _LIST_CHANGES = (
     mcp_types.ToolListChangedNotification,
     mcp_types.ResourceListChangedNotification,
@@ -223,7 +237,7 @@ def _describe(exc: BaseException) -> str:
         return f"MCP error {exc.code}: {exc.message}"
     if isinstance(exc, FileNotFoundError):
         return f"command not found: {exc.filename or exc}"
-    if isinstance(exc, httpx2.HTTPError):
+    if isinstance(exc, _http_errors("HTTPError")):
         return f"{type(exc).__name__}: {exc}"
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
@@ -380,7 +394,7 @@ class Downstream:
             if not _connection_lost(exc, client, lost):
                 raise
             raise self._closed_during(what, closed_note) from None
-        except (httpx2.TransportError, *_LOST_ERRORS) as exc:
+        except _lost() as exc:
             self._lost.set()
             raise DownstreamUnavailable(
                 f"Server '{self.name}' became unreachable during {what}: {_describe(exc)}.", server=self.name
@@ -571,7 +585,7 @@ class Downstream:
                 if link is None:
                     raise  # the main connection: `_exchange` restarts it
                 link.lost(client)
-            except (httpx2.TransportError, *_LOST_ERRORS):
+            except _lost():
                 if link is None:
                     raise
                 link.lost(client)
@@ -800,7 +814,7 @@ class Downstream:
         try:
             await client.session.send_notification(mcp_types.RootsListChangedNotification())
             await anyio.sleep(window)
-        except (MCPError, httpx2.TransportError, *_LOST_ERRORS) as exc:
+        except _lost(MCPError) as exc:
             log.debug("roots/list_changed not delivered", server=self.label, error=_describe(exc))
         finally:
             if self._roots_peer is peer:
@@ -823,7 +837,7 @@ class Downstream:
             except MCPError as exc:  # an error answer is an answer, unless the connection closed
                 if _connection_lost(exc, client, self._lost):
                     self._lost.set()
-            except (*_LOST_ERRORS, httpx2.TransportError):
+            except _lost():
                 self._lost.set()
             return None
         return f"no answer to ping within {self.config.ping_timeout:g} s"
@@ -859,7 +873,7 @@ class Downstream:
             with anyio.move_on_after(self.config.ping_timeout) as scope:
                 try:
                     await client.session.send_ping()  # not `Client.send_ping`: see `ping`
-                except (MCPError, *_LOST_ERRORS, httpx2.TransportError):
+                except _lost(MCPError):
                     return  # the connection is already going; the supervisor handles it
             if scope.cancelled_caught and self._client is client and not self.busy():
                 self.restart(f"no answer to ping within {self.config.ping_timeout:g} s after a call timed out")

@@ -8,7 +8,7 @@ the configured token endpoint, as the exchange's `subject_token`.
 
 One connection per principal. The hub keys such a server's connections by principal
 (`principal:<name>`, as it keys `isolation: "session"` instances by caller), and each carries a
-`BearerAuth`: every HTTP request it makes asks the credential for the principal's current token.
+`BearerAuth` (`bearer.py`): every HTTP request it makes asks the credential for the principal's current token.
 Before each call the hub asks too (`Credential.bearer`), so a caller without a credential is
 refused, with the server and the reason, before anything is sent; the connection listing the
 server's tools carries the entry's `headers` alone and takes no call.
@@ -26,23 +26,24 @@ import json
 import re
 import time
 from collections import OrderedDict
-from collections.abc import AsyncGenerator, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import quote_plus
 
 import anyio
-import httpx2
 import structlog
 
 from toolscore._redact import redact_text
 from toolscore.config import ServerConfig, TokenExchangeSettings
 from toolscore.errors import DownstreamUnavailable, Rejected, ToolscoreError
 
+if TYPE_CHECKING:  # httpx2 is loaded by the first exchange: a gateway with no HTTP server never needs it
+    import httpx2
+
 __all__ = [
     "ACCESS_TOKEN_TYPE",
     "TOKEN_EXCHANGE_GRANT",
-    "BearerAuth",
     "Credential",
     "PerPrincipal",
     "SubjectTokens",
@@ -294,6 +295,8 @@ class TokenExchange:
         }
         if settings.scope:
             form["scope"] = settings.scope
+        import httpx2
+
         auth: httpx2.BasicAuth | None = None
         if settings.client_secret is not None and settings.client_auth == "basic":
             # RFC 6749 section 2.3.1: both form-encoded, then Basic.
@@ -375,66 +378,6 @@ def _json_object(body: bytes) -> dict[str, Any] | None:
     except (ValueError, RecursionError):
         return None
     return value if isinstance(value, dict) else None
-
-
-class BearerAuth(httpx2.Auth):
-    """`Authorization: Bearer <the principal's current credential>` on every request of a connection.
-
-    A token due for renewal is exchanged again here too (a connection's own requests, between
-    calls); where that fails, the token still held is sent while it lasts, and the server decides.
-    A request the server answers 401 (the token was revoked or rotated before it expired) is sent
-    once more with a token obtained anew, where the credential can give one; else the 401 stands.
-    Where the server refuses the new token too, its 401s stand for `REFUSED_RENEWAL_SECONDS`
-    (`Credential.renewal_refused`), the token kept: a server that refuses every exchanged token
-    does not cost an exchange per request.
-    """
-
-    requires_request_body = True  # a request refused with 401 is sent again, body and all
-
-    def __init__(self, credential: Credential, principal: str) -> None:
-        self._credential = credential
-        self._principal = principal
-
-    def __repr__(self) -> str:
-        return f"BearerAuth({self._credential.server!r}, {self._principal!r})"
-
-    async def async_auth_flow(self, request: httpx2.Request) -> AsyncGenerator[httpx2.Request, httpx2.Response]:
-        try:
-            secret = await self._credential.bearer(self._principal)
-        except ToolscoreError as exc:
-            held = self._credential.held(self._principal)
-            if held is None:
-                raise
-            log.info(
-                "downstream credential not renewed; the one held is sent",
-                server=self._credential.server,
-                principal=self._principal,
-                reason=str(exc),
-            )
-            secret = held
-        request.headers["Authorization"] = f"Bearer {secret}"
-        response = yield request
-        if response.status_code != 401 or not self._credential.refused(self._principal, secret):
-            return
-        try:
-            renewed = await self._credential.bearer(self._principal)
-        except ToolscoreError as exc:
-            log.info(
-                "downstream credential refused and not renewed",
-                server=self._credential.server,
-                principal=self._principal,
-                reason=str(exc),
-            )
-            return  # the server's 401 stands
-        if renewed == secret:
-            return
-        request.headers["Authorization"] = f"Bearer {renewed}"
-        response = yield request
-        if response.status_code == 401:
-            self._credential.renewal_refused(self._principal)
-
-    def sync_auth_flow(self, request: httpx2.Request) -> Any:  # pragma: no cover - connections are async
-        raise RuntimeError("BearerAuth is for async clients")
 
 
 def credential_for(server: ServerConfig, subjects: SubjectTokens) -> Credential | None:

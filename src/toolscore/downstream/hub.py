@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.lowlevel
@@ -36,7 +36,7 @@ from toolscore.downstream.breaker import Verdict
 from toolscore.downstream.caching import ListHint, Scope, combined
 from toolscore.downstream.catalog import Catalog, build_catalog
 from toolscore.downstream.connection import Downstream, ServerState, ServerStatus
-from toolscore.downstream.credentials import BearerAuth, Credential, SubjectTokens, credential_for
+from toolscore.downstream.credentials import Credential, SubjectTokens, credential_for
 from toolscore.downstream.raw import RawResult
 from toolscore.downstream.registry import Registry, Route, build_registry
 from toolscore.downstream.skillbook import SkillBook
@@ -47,6 +47,9 @@ from toolscore.errors import ConfigError, DownstreamUnavailable, Rejected, Usage
 from toolscore.scope import CallScope, principal_of
 from toolscore.trust.pins import PinBook
 from toolscore.types import ANONYMOUS_CALLER, Arguments, ProgressFn
+
+if TYPE_CHECKING:
+    from toolscore.downstream.bearer import BearerAuth
 
 __all__ = ["ConfigChanges", "DownstreamHub", "open_hub"]
 
@@ -436,7 +439,11 @@ class DownstreamHub:
         if instance is None:
             self._make_room(config)
             assert self._task_group is not None, "the hub is not running"
-            auth = BearerAuth(credential, principal) if credential is not None and principal is not None else None
+            auth = None
+            if credential is not None and principal is not None:
+                from toolscore.downstream.bearer import BearerAuth  # httpx2's: loaded for HTTP servers only
+
+                auth = BearerAuth(credential, principal)
             label = f"{config.name}[{caller}]"
             downstream = self._downstream(config, on_tools_changed=_nothing, label=label, auth=auth)
             downstream.opened_for = scope.peer  # for a roots/list it sends as it starts

@@ -19,7 +19,6 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import httpx2
 import mcp_types
 
 from toolscore._engine import ToolExecutionEngine, error_result
@@ -34,6 +33,8 @@ from toolscore.state import EpisodeRecords
 from toolscore.types import ProgressFn, ToolSource
 
 if TYPE_CHECKING:
+    import httpx2
+
     from toolscore.loop.agent import TaskOutcome
     from toolscore.loop.execute import PlanContext
     from toolscore.loop.models import ModelClient, SendRequest
@@ -213,6 +214,8 @@ class Delegator:
         # One client for every task, made on first use: building one costs 60-120 ms (its TLS
         # context), and its pool keeps the endpoint's connection open from turn to turn.
         if self._http is None:
+            import httpx2  # a configured model's endpoint: loaded with the first task that needs it
+
             self._http = httpx2.AsyncClient(timeout=httpx2.Timeout(30.0, read=timeout))
         return self._http
 
