@@ -18,8 +18,8 @@ idioms) before a later round of ranker changes and measured only before it and a
 change. Two more batches are in the style of published tool-retrieval benchmarks (requests with
 concrete details, outcomes, search-box keywords, questions), each written from the tool
 definitions alone by a writer who saw neither the ranker nor any other query: `tune-3` (tuning,
-in `tune+`), `fresh-3` (sealed for one round), `fresh-4` (sealed for the round after) and `fresh-5`
-(sealed for the round after that). Ranking
+in `tune+`), then `fresh-3`, `fresh-4`, `fresh-5` and `fresh-6`, each sealed for one round of
+ranker changes, the next. Ranking
 changes are tuned on `tune+` only (`--misses` lists that part's failures unless told another);
 `held-out` and the `fresh` parts say how well the ranker does on queries it was not fitted to,
 `original` and `all` are the sums.
@@ -64,7 +64,19 @@ from toolscore.toolhub.rerank import WEIGHT, Reranker, reranker_for
 from toolscore.toolhub.search import Hit, SearchIndex
 
 GOLDEN = Path(__file__).parent / "data" / "toolhub_golden.json"
-PARTS = ("tune", "tune-extra", "tune-2", "tune-3", "held-out", "fresh", "fresh-2", "fresh-3", "fresh-4", "fresh-5")
+PARTS = (
+    "tune",
+    "tune-extra",
+    "tune-2",
+    "tune-3",
+    "held-out",
+    "fresh",
+    "fresh-2",
+    "fresh-3",
+    "fresh-4",
+    "fresh-5",
+    "fresh-6",
+)
 
 
 def part(entry: dict[str, Any]) -> str:

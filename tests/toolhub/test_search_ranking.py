@@ -151,6 +151,20 @@ def test_a_url_path_keeps_its_words_a_branch_and_a_version_count_as_such() -> No
     assert names(idx, "show a.yml b.yml c.yml") == ["s0__read_multiple_files"]  # several: files
 
 
+def test_an_api_key_is_a_secret_and_a_size_in_pixels_a_width() -> None:
+    idx = build(
+        tool("press_key", "Press a key on the keyboard.", {"key": {}}),
+        tool("list_secret_scanning_alerts", "List secret scanning alerts.", {"repo": {}}),
+        tool("resize", "Resize the browser window.", {"width": {}, "height": {}}),
+        tool("take_screenshot", "Take a screenshot of the page."),
+    )
+    assert names(idx, "did anyone push an AWS access key") == ["s0__list_secret_scanning_alerts"]
+    assert names(idx, "leaked api keys") == ["s0__list_secret_scanning_alerts"]
+    assert names(idx, "press the Enter key") == ["s0__press_key"]  # a key to press stays one
+    assert names(idx, "look like a 390px-wide phone") == ["s0__resize"]
+    assert names(idx, "1280x720 please") == ["s0__resize"]
+
+
 def test_the_vocabulary_of_tool_tasks_meets_the_words_tools_use() -> None:
     idx = build(
         tool("manage_notification_subscription", "Manage notification subscription."),

@@ -153,6 +153,8 @@ _ROOTS = frozenset(_ROOT_TEXT.split())
 whose words say what it serves."""
 _VERSION = re.compile(r"[vV]\d{1,6}(?:\.\d{1,6}){1,3}(?:-[\w.]{1,20})?|\d{1,6}(?:\.\d{1,6}){2,3}(?:-[\w.]{1,20})?")
 """A version (`v14.2.0`, `1.4.2`, `v2.0-rc1`): the release or tag it names, not its digits."""
+_DIMENSION = re.compile(r"\d{2,5}(?:px|pt|dp)(?:-\w{1,10})?|\d{2,5}[x\u00d7]\d{2,5}(?:px)?", re.I)
+"""A size on a screen (`390px`, `390px-wide`, `1280x720`): what a width and a height say."""
 _DRIVE = re.compile(r"[A-Za-z]:[\\/]")
 _SYNONYMS = stems()
 """The words of the synonym groups: general tool vocabulary (`read`, `write`, `input`)."""
@@ -197,6 +199,9 @@ _PHRASES: Mapping[tuple[str, str], str] = {
 """Phrasal verbs of tool tasks and the verb they mean (`turn off` is `disable`), general English;
 the verb in any form, its particle after it or after an object pronoun (`turned it off`)."""
 _PARTICLES = frozenset(particle for _, particle in _PHRASES)
+_KEY_KIND_TEXT = "api access private ssh secret signing deploy gpg pgp aws"
+_KEY_KINDS = frozenset(_KEY_KIND_TEXT.split())
+"""What a `key` is when one of these names it (`api key`, `AWS access key`): a credential, not a key to press."""
 _OBJECT_TEXT = "it them this that these those everything all"
 _OBJECTS = frozenset(_OBJECT_TEXT.split())
 """What may stand between a phrasal verb and its particle (`take it back`)."""
@@ -392,6 +397,8 @@ def _query(query: str, known: Callable[[str], bool]) -> list[_Word]:
             if _FILE.match(bare) or bare.lower() in _FILE_NAMES or _DOTFILE.match(token.strip(_PUNCTUATION[1:]))
             else "version"
             if _VERSION.fullmatch(bare)
+            else "width"
+            if _DIMENSION.fullmatch(bare)
             else "path"
             if _path(dotted)
             else "branch"
@@ -488,6 +495,9 @@ def _phrased(tokens: list[str]) -> list[str]:
     out = list(tokens)
     for j, token in enumerate(tokens):
         particle = token.rstrip(_PUNCTUATION).lower()
+        if j > 0 and particle in ("key", "keys") and tokens[j - 1].strip(_PUNCTUATION).lower() in _KEY_KINDS:
+            out[j] = "secret" + token[len(particle) :]
+            continue
         if particle not in _PARTICLES or j == 0:
             continue
         i = j - 2 if j >= 2 and tokens[j - 1].lower() in _OBJECTS else j - 1
