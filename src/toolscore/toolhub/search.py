@@ -461,9 +461,10 @@ def _path(token: str) -> bool:
     if token.count("/") >= 2:  # `a/b/c`: not `a//b`, nor words (`read/write/execute`)
         parts = token.lower().split("/")
         return all(parts) and not all(_general(part) for part in parts)
-    if token.endswith("/") and token[:-1].replace("-", "").replace("_", "").replace(".", "").isalnum():
-        return True  # `src/`, `node_modules/`: a folder
-    return "/" in token and token.split("/", 1)[0].lower() in _FOLDERS and bool(token.split("/", 1)[1])
+    head, slash, tail = token.partition("/")
+    if slash and not tail:  # `src/`, `node_modules/`: a folder
+        return head.replace("-", "").replace("_", "").replace(".", "").isalnum()
+    return bool(tail) and head.lower() in _FOLDERS
 
 
 def _branch(token: str) -> bool:
@@ -490,8 +491,9 @@ def _general(word: str) -> bool:
 
 
 def _phrased(tokens: list[str]) -> list[str]:
-    """`tokens` with each phrasal verb (`take it back`, `turned off`) as the one verb it means.
-    Only a particle is looked behind from, so most tokens cost one set lookup."""
+    """`tokens` with each phrasal verb (`take it back`, `turned off`) as the one verb it means, and
+    each key named by what it opens (`api key`) as `secret`. Only a particle or `key` is looked
+    behind from, so most tokens cost one set lookup."""
     out = list(tokens)
     for j, token in enumerate(tokens):
         particle = token.rstrip(_PUNCTUATION).lower()
