@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
+import anyio
 import mcp_types
 import pytest
+from mcp import MCPError
 
+from toolscore._lines import LineWriter
 from toolscore._tokens import result_tokens, tokens_for_chars
-from toolscore.downstream.raw import read_result
+from toolscore.downstream.raw import RawChannel, RawResult, read_result
 
 BIG = "x" * 300_001
 
@@ -96,3 +100,85 @@ def test_a_result_only_the_models_can_read_is_left_to_them() -> None:
     # A list as structured content: the SDK's model takes it, the plan step then reads the model.
     raw = read_result(json.dumps(_result({"type": "text", "text": "x"}, structuredContent=[1, 2])).encode())
     assert raw is not None and raw.readable() is None
+
+
+async def _answered(line_for: Any) -> RawResult | mcp_types.CallToolResult | Exception | None:
+    """A call on a `RawChannel` over a real pipe, answered with the line `line_for(request_id)`;
+    None: the channel left the line to the SDK (the call was then cancelled)."""
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(write_fd, False)
+    channel = RawChannel(LineWriter(write_fd), "s")
+    outcome: list[RawResult | mcp_types.CallToolResult | Exception] = []
+
+    async def call() -> None:
+        try:
+            outcome.append(await channel.call("echo", {"text": "hi"}, progress=None))
+        except Exception as exc:  # the outcome under test
+            outcome.append(exc)
+
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(call)
+            with anyio.fail_after(5):
+                await anyio.wait_readable(read_fd)
+            request = json.loads(os.read(read_fd, 1 << 16))
+            line = line_for(request["id"])
+            assert channel.claims(line)
+            if not await channel.deliver(line):
+                tg.cancel_scope.cancel()
+    finally:
+        os.close(read_fd)
+        os.close(write_fd)
+    return outcome[0] if outcome else None
+
+
+def _id(request_id: str) -> bytes:
+    return json.dumps(request_id).encode()
+
+
+def _line(request_id: str, result: bytes, head: bytes = b'{"jsonrpc":"2.0","id":', end: bytes = b"}") -> bytes:
+    return head + _id(request_id) + b',"result":' + result + end
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("case", ["plain ascii", "escapes", "non-ascii", "structured only", "error"])
+async def test_an_answer_in_the_sdks_order_is_kept_as_its_result_bytes(case: str) -> None:
+    # Read in one pass over the result (the head and the last brace compared as bytes): the same
+    # bytes, count and flag as the envelope's decoder and `read_result` give.
+    result = json.dumps(KEPT[case], separators=(",", ":")).encode()
+    kept = await _answered(lambda request_id: _line(request_id, result))
+    assert isinstance(kept, RawResult)
+    assert kept.data == result
+    assert kept == read_result(result)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    "line_for",
+    [
+        # Another member after the result: the envelope's decoder reads the line whole.
+        pytest.param(lambda i: _line(i, b'{"content":[]}', end=b',"error":{"code":1,"message":"m"}}'), id="tail"),
+        pytest.param(lambda i: _line(i, b'{"content":[]}', end=b',"id":"other"}'), id="id again"),
+        # Members in another order, spaces: not the SDK's spelling, decoded as before.
+        pytest.param(lambda i: b'{"result":{"content":[]},"jsonrpc":"2.0","id":%b}' % _id(i), id="order"),
+        pytest.param(lambda i: _line(i, b'{"content":[]}', head=b'{"jsonrpc": "2.0", "id": '), id="spaces"),
+        pytest.param(lambda i: _line(i, b'{"content":[]}', end=b"} "), id="trailing space"),
+    ],
+)
+async def test_an_answer_in_another_spelling_is_read_by_the_envelopes_decoder(line_for: Any) -> None:
+    outcome = await _answered(line_for)
+    line = line_for("x")
+    if b'"error"' in line:
+        assert isinstance(outcome, MCPError)
+    elif b'"other"' in line:  # the last `id` is the one read, as before: not this call's answer
+        assert outcome is None
+    else:
+        assert isinstance(outcome, RawResult) and outcome.data == b'{"content":[]}'
+
+
+@pytest.mark.anyio
+async def test_a_result_the_fast_reading_refuses_in_the_sdks_order_goes_to_the_models() -> None:
+    # A 2026-era server's stamp: valid, but only the models take it out.
+    outcome = await _answered(lambda request_id: _line(request_id, REFUSED["server stamp"]))
+    assert isinstance(outcome, mcp_types.CallToolResult)
+    assert outcome.meta is not None
