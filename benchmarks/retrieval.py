@@ -76,6 +76,7 @@ PARTS = (
     "fresh-4",
     "fresh-5",
     "fresh-6",
+    "fresh-7",
 )
 
 

@@ -5,6 +5,7 @@ a deprecated tool), and that the order is one order, whatever k and input order.
 from __future__ import annotations
 
 import random
+import time
 from typing import Any
 
 import mcp_types
@@ -165,6 +166,81 @@ def test_an_api_key_is_a_secret_and_a_size_in_pixels_a_width() -> None:
     assert names(idx, "1280x720 please") == ["s0__resize"]
 
 
+def test_a_name_out_of_code_counts_as_code_not_as_its_words() -> None:
+    idx = build(
+        tool("search_code", "Search code across repositories.", {"query": {}}),
+        tool("get_config", "Get the configuration."),
+        tool("parse_document", "Parse a document into text."),
+        tool("trigger_run", "Run a workflow.", {"inputs": {}}),
+    )
+    assert names(idx, "where is parse_config called") == ["s0__search_code"]  # snake_case: code
+    assert names(idx, "who calls refund()") == ["s0__search_code"]  # a call
+    assert names(idx, "where do we call retry( ?") == ["s0__search_code"]
+    assert idx.search("parse_config", 1)[0].matched == ("parse_config",)
+    assert names(idx, "again with dry_run=false") == ["s0__trigger_run"]  # an option keeps its words
+
+
+def test_a_quote_counts_as_text_not_as_its_words() -> None:
+    idx = build(
+        tool("verify_text_visible", "Verify that the text is visible on the page.", {"text": {}}),
+        tool("place_order", "Place an order."),
+        tool("list_orders", "List the orders placed."),
+    )
+    assert names(idx, "fail unless 'Order placed' shows up") == ["s0__verify_text_visible"]
+    assert names(idx, 'fail unless "Order placed" shows up') == ["s0__verify_text_visible"]
+    assert names(idx, "fail unless `Order placed` shows up") == ["s0__verify_text_visible"]
+    assert names(idx, "fail unless \u201cOrder placed\u201d shows up") == ["s0__verify_text_visible"]
+    assert idx.search("see 'Order placed', then", 1)[0].matched == ("Order placed",)
+    assert names(idx, "'place an order'") == ["s0__place_order"]  # all one quote: the query itself
+    # an apostrophe opens no quote: `users'` and `it's` leave the words between them alone
+    assert names(idx, "the users' orders placed, it's those") == ["s0__list_orders"]
+
+
+def test_a_value_after_every_asks_for_the_plural() -> None:
+    idx = build(
+        tool("read_file", "Read a file.", {"path": {}}),
+        tool("search_files", "Search for files by a pattern.", {"pattern": {}}),
+    )
+    assert names(idx, "package.json") == ["s0__read_file"]
+    assert names(idx, "every package.json") == ["s0__search_files"]
+    assert names(idx, "all *.test.js") == ["s0__search_files"]
+
+
+def test_what_was_done_and_a_passive_get_ask_for_no_tool_that_does_it() -> None:
+    idx = build(
+        tool("create_gist", "Create a gist."),
+        tool("list_gists", "List gists of a user."),
+        tool("get_notifications", "Get notifications."),
+        tool("manage_subscription", "Manage a repository's subscription: stop notifications (pings)."),
+    )
+    assert names(idx, "gists I made") == ["s0__list_gists"]  # `made` says which gists
+    assert names(idx, "the gists somebody created") == ["s0__list_gists"]
+    assert names(idx, "make gists") == ["s0__create_gist"]  # the verb itself still asks
+    assert names(idx, "stop getting pinged") == ["s0__manage_subscription"]  # `get` as `be`
+    assert names(idx, "get notifications") == ["s0__get_notifications"]
+
+
+def test_names_in_a_request_ask_for_entities_below_any_word() -> None:
+    idx = build(
+        tool("create_entities", "Create entities in the knowledge graph."),
+        tool("list_teams", "List the teams of an organization."),
+        tool("current_time", "Get the current time in a timezone."),
+    )
+    assert names(idx, "Remember that Dana Liu leads Payments") == ["s0__create_entities"]
+    assert names(idx, "remember that dana leads payments") == []  # no capitals, no names
+    assert names(idx, "what time is it in Sydney") == ["s0__current_time"]  # one name: a place
+    assert names(idx, "Remember that Dana Liu leads the Payments team") == ["s0__list_teams"]  # a word beats it
+    assert names(idx, "Dana. Liu: Payments") == []  # capitalised for a sentence's start only
+
+
+def test_hostile_quotes_names_and_identifiers_cost_little() -> None:
+    idx = build(tool("verify_text_visible", "Verify that the text is visible."))
+    for hostile in ("'a " * 2_000, "'" * 4_096, "Dana " * 1_000, "a_b( " * 1_000, "I made " * 600):
+        began = time.process_time()
+        idx.search(hostile, 5)
+        assert time.process_time() - began < 0.5
+
+
 def test_the_vocabulary_of_tool_tasks_meets_the_words_tools_use() -> None:
     idx = build(
         tool("manage_notification_subscription", "Manage notification subscription."),
@@ -177,6 +253,7 @@ def test_the_vocabulary_of_tool_tasks_meets_the_words_tools_use() -> None:
         tool("get_sum", "Adds two numbers and returns their sum.", {"a": {}, "b": {}}),
         tool("directory_tree", "Get a recursive tree of files."),
         tool("add_observations", "Add observations to entities."),
+        tool("list_directory_with_sizes", "List the entries of a directory with their sizes."),
     )
     assert names(idx, "too many pings") == ["s0__manage_notification_subscription"]
     assert names(idx, "known vulnerable packages") == ["s0__advisories"]
@@ -187,6 +264,7 @@ def test_the_vocabulary_of_tool_tasks_meets_the_words_tools_use() -> None:
     assert names(idx, "17 plus 25") == ["s0__get_sum"]
     assert names(idx, "the folder layout") == ["s0__directory_tree"]
     assert names(idx, "note this fact") == ["s0__add_observations"]
+    assert names(idx, "what eats the most space") == ["s0__list_directory_with_sizes"]
 
 
 def test_a_time_of_day_and_a_zone_count_as_time_and_timezone() -> None:

@@ -78,7 +78,7 @@ GROUPS: tuple[tuple[str, ...], ...] = (
     ("key", "press", "keyboard"),
     ("tree", "hierarchy", "structure", "layout"),
     ("metadata", "info", "information", "detail", "stat", "property"),
-    ("size", "byte", "length"),
+    ("size", "byte", "length", "space"),
     ("content", "text", "body"),
     ("symbol", "function", "class", "definition", "method"),
     ("graph", "knowledge", "entity", "relation"),
