@@ -69,6 +69,21 @@ def test_what_the_fast_reading_cannot_vouch_for_goes_to_the_models(case: str) ->
     assert read_result(REFUSED[case]) is None
 
 
+@pytest.mark.parametrize(
+    ("data", "bare"),
+    [
+        (b'{"content":[]}', True),
+        (b'{"content":[],"_meta":{"k":1}}', False),
+        (b'{"content":[],"_meta":null}', False),
+        (b'{"content":[],"resultType":"complete"}', False),
+    ],
+)
+def test_a_result_is_bare_without_meta_or_result_type(data: bytes, bare: bool) -> None:
+    # What the 2026-07-28 hot path splices after the last member must not repeat one (`front.http_modern`).
+    kept = read_result(data)
+    assert kept is not None and kept.bare is bare
+
+
 def test_the_server_stamp_is_looked_for_in_meta_only() -> None:
     # The stamp's key inside a tool's text is the tool's business, not a reason to decode.
     data = json.dumps(_result({"type": "text", "text": mcp_types.SERVER_INFO_META_KEY})).encode()

@@ -120,11 +120,26 @@ async def test_the_hot_path_answers_a_call_as_the_sdk_path_does(
     hot_answer, sdk_answer = body_of(hot), body_of(sdk)
     if sdk_answer.get("result", {}).get("resultType") == "input_required":  # the request state is the call's own
         assert hot_answer["result"].pop("requestState") and sdk_answer["result"].pop("requestState")
+    for answer in (hot_answer, sdk_answer):
+        if answer.get("result", {}).get("resultType") == "complete":
+            # Absent is false: the hot path passes the server's bytes on, the SDK's model writes it.
+            answer["result"].setdefault("isError", False)
     assert hot_answer == sdk_answer
     result = hot_answer.get("result")
     if result is not None:
         assert result["resultType"] in ("complete", "input_required")
         assert result["_meta"]["io.modelcontextprotocol/serverInfo"]["name"] == "toolscore"
+
+
+async def test_the_hot_path_passes_the_servers_result_bytes_on(gateway: Front) -> None:
+    # The fixture's stdio server (2025-11-25) writes no `isError` for a result that is not one; the
+    # SDK's path decodes the result and writes `isError: false`. The hot path splices the server's
+    # bytes into the answer, with `resultType` and the gateway's `serverInfo` after them.
+    hot = await gateway.call(1, "c__case", {"name": "text"})
+    sdk = await gateway.call(1, "c__case", {"name": "text"}, progressToken="p")
+    assert b'"isError"' not in hot.content and "isError" in body_of(sdk)["result"]
+    tail = b',"resultType":"complete","_meta":{"io.modelcontextprotocol/serverInfo":'
+    assert hot.content.startswith(b'{"jsonrpc":"2.0","id":1,"result":{"content":[') and tail in hot.content
 
 
 async def test_an_input_required_round_from_the_hot_path_is_answered_by_the_retry(gateway: Front) -> None:

@@ -33,7 +33,7 @@ import structlog
 from mcp import MCPError
 from mcp.client.session import ClientSession, IncomingMessage
 from mcp.shared.message import SessionMessage
-from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from mcp_types.version import LATEST_HANDSHAKE_VERSION, MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel, Field, ValidationError
 
 from toolscore._sdk import (
@@ -450,11 +450,21 @@ class Downstream:
         task_group = await self._bridged(scope)
         if task_group is not None:
             # A 2026-07-28 client on the handshake-era connection: what the server asks it by
-            # back-channel becomes input-required rounds (`toolscore.downstream.bridge`).
-            return await self.bridge.run(
-                task_group, tool, arguments, what, scope, progress, partial(self._main_call, tool, arguments)
-            )
+            # back-channel becomes input-required rounds (`toolscore.downstream.bridge`). The call
+            # keeps its result's bytes where they mean the same to the client (`_bridged_bytes`);
+            # whichever round ends it, a caller that did not ask for bytes gets the model.
+            call = partial(self._main_call, tool, arguments, keep_bytes=self._bridged_bytes())
+            answer = await self.bridge.run(task_group, tool, arguments, what, scope, progress, call)
+            if isinstance(answer, RawResult) and not keep_bytes:
+                return self._without_stamp(answer.model())
+            return answer
         return await self._main_call(tool, arguments, scope, progress)
+
+    def _bridged_bytes(self) -> bool:
+        """Whether a bridged call may keep its result's bytes: a connection at the latest handshake
+        version, whose `CallToolResult` is a 2026-07-28 one but for `resultType` and the `serverInfo`
+        stamp, which the front adds (`toolscore.front.http_modern`)."""
+        return self.protocol_version == LATEST_HANDSHAKE_VERSION
 
     async def _bridged(self, scope: CallScope) -> anyio.abc.TaskGroup | None:
         """The connection's task group, where `scope`'s request is a 2026-07-28 client's to bridge
@@ -469,9 +479,16 @@ class Downstream:
         return self._task_group
 
     async def _main_call(
-        self, tool: str, arguments: Arguments, scope: CallScope, progress: ProgressFn | None
-    ) -> mcp_types.CallToolResult:
-        """`tools/call` on the main connection, its result as the SDK's model."""
+        self,
+        tool: str,
+        arguments: Arguments,
+        scope: CallScope,
+        progress: ProgressFn | None,
+        *,
+        keep_bytes: bool = False,
+    ) -> RawResult | mcp_types.CallToolResult:
+        """`tools/call` on the main connection, its result as the SDK's model (`keep_bytes`: as the
+        bytes the server wrote, where the gateway's own channel carried them and they stayed whole)."""
         async with self._call_exchange(tool, scope) as session:
             if self._main_modern:  # input-required rounds asked of the caller by back-channel
                 what = f"the call to '{tool}'"
@@ -481,7 +498,9 @@ class Downstream:
             channel = self._raw_channel()  # the connection's, once `_call_exchange` has one
             if channel is not None:  # stdio: the gateway's own request line, one decoding of the answer
                 answer = await channel.call(tool, arguments, progress=progress)
-                return self._without_stamp(answer.model() if isinstance(answer, RawResult) else answer)
+                if isinstance(answer, RawResult):
+                    return answer if keep_bytes else self._without_stamp(answer.model())
+                return self._without_stamp(answer)
             request = mcp_types.CallToolRequest(params=mcp_types.CallToolRequestParams(name=tool, arguments=arguments))
             result = await session.send_request(request, mcp_types.CallToolResult, progress_callback=progress)
         return self._without_stamp(result)

@@ -103,6 +103,7 @@ class _Summary(msgspec.Struct):
     isError: bool | None = None
     structuredContent: msgspec.Raw = msgspec.Raw()
     meta: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="_meta")
+    resultType: msgspec.Raw = msgspec.Raw()
 
 
 class _TextBlock(msgspec.Struct):
@@ -134,6 +135,8 @@ class RawResult:
     is_error: bool
     chars: int
     """What the token estimate counts (as `toolscore._tokens.result_tokens` does for a model)."""
+    bare: bool = False
+    """It has neither `_meta` nor `resultType`: what a 2026-07-28 answer adds can follow its last member."""
 
     def model(self) -> mcp_types.CallToolResult:
         """The result decoded, for whoever needs more than the bytes."""
@@ -219,7 +222,7 @@ def read_result(data: bytes) -> RawResult | None:
         return None
     if not summary.content and summary.structuredContent:
         chars += len(summary.structuredContent)
-    return RawResult(data, bool(summary.isError), chars)
+    return RawResult(data, bool(summary.isError), chars, bare=not summary.meta and not summary.resultType)
 
 
 def _utf8(data: bytes) -> bool:

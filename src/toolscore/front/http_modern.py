@@ -55,7 +55,9 @@ from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
+from toolscore._engine import CallOutcome
 from toolscore._sdk import modern_request_context
+from toolscore.downstream.raw import RawResult
 from toolscore.front.fast import error_response, response, shaped
 
 __all__ = ["PING_SECONDS", "ModernCall", "ModernCalls"]
@@ -67,9 +69,10 @@ PING_SECONDS = 15.0
 
 Handle = Callable[
     [ServerRequestContext[Any], mcp_types.CallToolRequestParams],
-    Awaitable[mcp_types.CallToolResult | mcp_types.InputRequiredResult | dict[str, Any]],
+    Awaitable[CallOutcome | mcp_types.CallToolResult | mcp_types.InputRequiredResult | dict[str, Any]],
 ]
-"""The front's `tools/call` handler (`ToolHandlers.call_tool`): raises `MCPError` for a JSON-RPC error."""
+"""The front's `tools/call` handler with the result's bytes kept where they can be
+(`ToolHandlers.call_outcome`): raises `MCPError` for a JSON-RPC error."""
 
 _TOOLS_CALL = b'"tools/call"'
 _PARAM_PREFIX = MCP_PARAM_HEADER_PREFIX.lower().encode()
@@ -141,6 +144,9 @@ class ModernCalls:
         self._input_schema = input_schema
         self._server_info = server_info
         self._lifespan_state = lifespan_state
+        stamp = _encode({mcp_types.SERVER_INFO_META_KEY: server_info})
+        self._tail = b',"resultType":"complete","_meta":' + stamp + b"}"
+        """What `_spliced` puts after a result's last member, the closing brace with it."""
         self._declared: dict[str, tuple[dict[str, Any], bool]] = {}
         self.served = 0
         """How many calls this path has taken."""
@@ -261,9 +267,15 @@ class ModernCalls:
         """The call's HTTP status and JSON-RPC answer, as the SDK's entry and runner write them."""
         try:
             result = await self._handle(call.ctx, call.params)
-            # A server's task (the tasks extension) is answered as the server wrote it.
-            dumped = dict(result) if isinstance(result, dict) else shaped(result, call.ctx.protocol_version)
-            body = self._stamped(dumped)
+            body = None
+            if isinstance(result, CallOutcome):
+                raw = result.raw
+                body = None if raw is None else self._spliced(raw)
+                result = result.result if raw is None else raw.model() if body is None else result.result
+            if body is None:
+                # A server's task (the tasks extension) is answered as the server wrote it.
+                dumped = dict(result) if isinstance(result, dict) else shaped(result, call.ctx.protocol_version)
+                body = self._stamped(dumped)
         except ValidationError:  # the version's surface refuses the result: the runner's internal error
             log.exception("invalid result", tool=call.params.name)
             error = mcp_types.ErrorData(code=mcp_types.INTERNAL_ERROR, message="Handler returned an invalid result")
@@ -272,6 +284,17 @@ class ModernCalls:
         else:
             return 200, response(call.request_id, body)
         return ERROR_CODE_HTTP_STATUS.get(error.code, 200), error_response(call.request_id, error)
+
+    def _spliced(self, raw: RawResult) -> bytes | None:
+        """The server's result bytes (a 2025-11-25 `CallToolResult`, which differs from a 2026-07-28
+        one only by what the runner adds) with `resultType` and the `serverInfo` stamp spliced in
+        after its last member, as `_stamped` adds them to a dumped result; None where the result
+        has either member already (`RawResult.bare`): the model path merges them."""
+        if not raw.bare:
+            return None
+        data = raw.data
+        end = len(data.rstrip()) - 1  # the closing brace: `read_result` read one whole object
+        return b"".join((memoryview(data)[:end], self._tail))
 
     def _stamped(self, dumped: dict[str, Any]) -> bytes:
         """A shaped result with what the runner adds in this era: `resultType`, and the `serverInfo`

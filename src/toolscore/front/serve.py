@@ -12,6 +12,7 @@ import socket
 import sys
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -171,7 +172,7 @@ def http_app(
     if server.fast is not None:
         fast, handlers, manager = server.fast, server.tool_handlers, server.session_manager
         modern = ModernCalls(
-            handle=handlers.call_tool,
+            handle=partial(handlers.call_outcome, keep_bytes=True),
             # A plan of a 2026-07-28 client may be an extension task (`front.tasks`): the SDK's path.
             serves=lambda name: name != ORCHESTRATE and fast.serves(name),
             input_schema=handlers.input_schema,

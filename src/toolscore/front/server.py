@@ -346,6 +346,18 @@ class ToolHandlers:
     ) -> mcp_types.CallToolResult | mcp_types.InputRequiredResult | dict[str, Any]:
         """The SDK path's `tools/call`, and the error boundary (see the module docstring); a call
         the server runs as a task is answered with that task (JSON, its id the one the client sees)."""
+        answer = await self.call_outcome(ctx, params)
+        return answer.result if isinstance(answer, CallOutcome) else answer
+
+    async def call_outcome(
+        self, ctx: ServerRequestContext[Any], params: mcp_types.CallToolRequestParams, *, keep_bytes: bool = False
+    ) -> CallOutcome | mcp_types.CallToolResult | mcp_types.InputRequiredResult | dict[str, Any]:
+        """`call_tool`, with a passthrough call's engine outcome (`keep_bytes`: its result kept as
+        the server's bytes where they can be, for the 2026-07-28 hot path, `front.http_modern`).
+
+        Raises:
+            MCPError: the client, not the model, must act on the downstream's error.
+        """
         engine = self._engine
         progress = _progress_of(ctx)
         caller = self._callers.identify(ctx)
@@ -357,7 +369,7 @@ class ToolHandlers:
         try:
             # The downstream's requests and logs go back to this client while the call lasts.
             with on_behalf_of(caller, self._peer_for(ctx), ctx.protocol_version) as scope:
-                answer = await self.own_or_passthrough(ctx, params, progress, scope)
+                answer = await self.own_or_passthrough(ctx, params, progress, scope, keep_bytes=keep_bytes)
         except InputRequired as asked:  # 2026-07-28: the question goes back as the call's result
             return asked.answer()
         except TaskStarted as started:  # 2026-07-28, the tasks extension: the client polls the task
@@ -375,7 +387,7 @@ class ToolHandlers:
             # The client, not the model, must act on this: it stays a JSON-RPC error (relayed in the
             # 2026-07-28 era: every one, a rejected request state say, as the server sent it).
             raise MCPError.from_error_data(for_client)
-        return answer.result
+        return answer
 
     async def own_or_passthrough(
         self,
@@ -383,8 +395,11 @@ class ToolHandlers:
         params: mcp_types.CallToolRequestParams,
         progress: ProgressFn | None,
         scope: CallScope,
+        *,
+        keep_bytes: bool = False,
     ) -> mcp_types.CallToolResult | mcp_types.InputRequiredResult | CallOutcome:
-        """One of the gateway's own tools (its answer), or a passthrough call (the engine's outcome)."""
+        """One of the gateway's own tools (its answer), or a passthrough call (the engine's outcome;
+        `keep_bytes`: as `passthrough`'s)."""
         delegator, toolhub = self._delegator, self._toolhub
         caller = scope.caller or ""
         if params.name == ORCHESTRATE:
@@ -444,7 +459,7 @@ class ToolHandlers:
         if front is not None or task is not None:
             dumped = None if task is None else task.model_dump(by_alias=True, mode="json", exclude_none=True)
             scope = replace(scope, front=front, task=dumped)
-        return await self.passthrough(ctx, params, progress, scope)
+        return await self.passthrough(ctx, params, progress, scope, keep_bytes=keep_bytes)
 
     async def passthrough(
         self,
