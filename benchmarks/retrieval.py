@@ -77,6 +77,7 @@ PARTS = (
     "fresh-5",
     "fresh-6",
     "fresh-7",
+    "fresh-8",
 )
 
 

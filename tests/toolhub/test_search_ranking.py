@@ -241,6 +241,103 @@ def test_hostile_quotes_names_and_identifiers_cost_little() -> None:
         assert time.process_time() - began < 0.5
 
 
+def words_of(query: str) -> dict[str, float]:
+    """The query's words as an index that knows none of them whole reads them: stem -> weight."""
+    return {word.term: word.weight for word in search._query(query, lambda _: False)}
+
+
+def test_a_subordinate_clause_counts_less_than_the_main_one() -> None:
+    idx = build(
+        tool("update_pull_request", "Update a pull request: its title, body or state (open, closed)."),
+        tool("merge_pull_request", "Merge a pull request."),
+        tool("assign_copilot", "Assign Copilot to an issue."),
+        tool("create_pull_request", "Create a pull request."),
+    )
+    merge = stem("merge")
+    assert words_of("close PR 9 without merging")[merge] == search._MINOR
+    assert words_of("merge PR 9")[merge] == 1.0
+    assert words_of("hand this bug to copilot so it opens a PR")[stem("open")] == search._MINOR
+    assert words_of("so far the build failed")[stem("build")] == 1.0  # `so far` opens no purpose
+    # the clause ends at its comma: what follows is the main clause's again
+    assert words_of("without merging, update the PR")[stem("update")] == 1.0
+    # a word met in the subordinate clause and then in the main one counts in full
+    assert words_of("because the merge failed; merge it")[merge] == 1.0
+    assert names(idx, "hand this bug to copilot so it opens a pull request") == ["s0__assign_copilot"]
+
+
+def test_a_context_sentence_counts_less_than_the_request() -> None:
+    idx = build(
+        tool("get_job_logs", "Get the logs of a workflow job.", {"job_id": {}}),
+        tool("list_workflow_runs", "List the runs of a CI build workflow."),
+        tool("localstorage_get", "Get a value from the page's localStorage."),
+        tool("cookie_list", "List the cookies of the page."),
+    )
+    build_word = stem("build")
+    words = words_of("The CI build went red. Show me the error logs.")
+    assert words[build_word] == search._MINOR and words[stem("log")] == 1.0
+    assert names(idx, "The CI build run went red. Show me the job logs.") == ["s0__get_job_logs"]
+    # a question is a request, and so is saying what is wanted
+    assert words_of("which value is stored? it's not in cookies")[stem("cooky")] == search._MINOR
+    assert words_of("the CI build broke. I want the logs")[build_word] == search._MINOR
+    assert words_of("the CI build broke \u2014 can you please show the logs")[build_word] == search._MINOR
+    # no request among the sentences, one sentence, or a request that points back with a pronoun
+    assert words_of("the CI build broke. the logs are long.")[build_word] == 1.0
+    assert words_of("the CI build broke, show the logs")[build_word] == 1.0  # a comma ends no sentence
+    assert words_of("QA wants a recording of the build \u2014 capture it")[build_word] == 1.0
+
+
+def test_pronouns_name_nothing() -> None:
+    assert stem("them") not in words_of("back them out")
+    assert {"he", "their"}.isdisjoint(words_of("he asked for their username"))
+
+
+def test_get_before_a_noun_in_ed_still_gets_it() -> None:
+    idx = build(
+        tool("get_feed", "Get the news feed."),
+        tool("manage_subscription", "Manage a repository's subscription: stop notifications (pings)."),
+    )
+    assert stem("get") in words_of("get feed") and stem("get") in words_of("get the speed")
+    assert stem("get") in words_of("get embed code")
+    assert stem("get") not in words_of("getting pinged") and stem("get") not in words_of("got merged")
+    assert names(idx, "get feed") == ["s0__get_feed"]
+
+
+def test_an_html_element_counts_as_element_and_a_point_as_position() -> None:
+    idx = build(
+        tool("evaluate", "Evaluate JavaScript on the page or an element.", {"element": {}, "function": {}}),
+        tool("take_screenshot", "Take a screenshot image of the page."),
+        tool("mouse_click_xy", "Click the mouse at a given position.", {"x": {}, "y": {}}),
+        tool("click", "Click an element on the page.", {"element": {}}),
+        tool("show_commit", "Show a commit.", {"sha": {}}),
+    )
+    assert names(idx, "the img on the page") == ["s0__take_screenshot"]  # an image
+    assert set(names(idx, "the <img> on the page", 2)) == {"s0__evaluate", "s0__click"}  # an element
+    assert stem("element") in words_of("wrap it in </div>")
+    assert stem("element") not in words_of("git show <sha>")  # a placeholder is no element
+    assert names(idx, "tap at x 40 y 80") == ["s0__mouse_click_xy"]
+    for point in ("click x=40, y=80", "click x: 40 y: 80", "x 1280 y 720"):
+        assert search._POSITION in words_of(point), point
+    assert search._POSITION not in words_of("the box 40 by 80")
+
+
+def test_hostile_clauses_and_points_cost_little() -> None:
+    idx = build(tool("verify_text_visible", "Verify that the text is visible."))
+    hostile = (
+        "without " * 1_000,
+        "so I " * 1_000,
+        "show it. " * 1_000,
+        "x " * 2_000,
+        "x 1 y " * 800,
+        "x=1, " * 1_000,
+        "<img " * 1_000,
+        "\u2014 " * 2_000,
+    )
+    for query in hostile:
+        began = time.process_time()
+        idx.search(query, 5)
+        assert time.process_time() - began < 0.5
+
+
 def test_the_vocabulary_of_tool_tasks_meets_the_words_tools_use() -> None:
     idx = build(
         tool("manage_notification_subscription", "Manage notification subscription."),
