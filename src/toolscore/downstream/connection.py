@@ -428,10 +428,11 @@ class Downstream:
 
         `keep_bytes`: the result may stay the bytes the server wrote (`RawResult`), where they mean
         the same to the client: a stdio connection that negotiated the client's version
-        (`scope.version`). Otherwise, and for whatever the fast reading cannot vouch for
-        (`toolscore.downstream.raw`), it is the SDK's model. `send_request` rather than
-        `Client.call_tool`: the latter validates structured output client-side and may re-list
-        tools; the gateway passes results through untouched.
+        (`scope.version`), or a bridged 2026-07-28 client's call on one at the latest handshake
+        version (`_bridged_bytes`: the front adds what that era's result has more). Otherwise, and
+        for whatever the fast reading cannot vouch for (`toolscore.downstream.raw`), it is the
+        SDK's model. `send_request` rather than `Client.call_tool`: the latter validates structured
+        output client-side and may re-list tools; the gateway passes results through untouched.
 
         Raises:
             DownstreamUnavailable: not connected, or the connection broke during the call.

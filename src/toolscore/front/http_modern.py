@@ -20,13 +20,15 @@ one that asks for progress or logs (their notifications need the SDK's stream), 
 (a plan may become an extension task), a body it cannot fully read, and every request while
 tracing is on.
 
-The answer is what the SDK would write: the result dumped for the version (its `resultType`),
-the `serverInfo` stamp in `_meta` unless the result has one, one `application/json` body; a
-JSON-RPC error (a relayed one, a refused retry) with the status the SDK maps its code to. As on
-the SDK's path, a call still running after `PING_SECONDS` commits the response to an SSE stream
-that carries a comment line every `PING_SECONDS` (so a proxy does not close an idle
-connection) and then the answer, and a client that disconnects cancels its call: in this era,
-closing the stream is how a client cancels.
+The answer is what the SDK would write: the result for the version (its `resultType`), the
+`serverInfo` stamp in `_meta` unless the result has one, one `application/json` body. A result the
+engine kept as the server's bytes (a stdio server at the latest handshake version, whose result is
+a 2026-07-28 one but for those two members) has them spliced after its last member; any other is
+dumped for the version, as the SDK's runner dumps it. A JSON-RPC error (a relayed one, a refused
+retry) goes with the status the SDK maps its code to. As on the SDK's path, a call still running
+after `PING_SECONDS` commits the response to an SSE stream that carries a comment line every
+`PING_SECONDS` (so a proxy does not close an idle connection) and then the answer, and a client
+that disconnects cancels its call: in this era, closing the stream is how a client cancels.
 """
 
 from __future__ import annotations
