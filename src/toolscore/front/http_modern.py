@@ -268,13 +268,12 @@ class ModernCalls:
     async def _answer(self, call: ModernCall) -> tuple[int, bytes]:
         """The call's HTTP status and JSON-RPC answer, as the SDK's entry and runner write them."""
         try:
-            result = await self._handle(call.ctx, call.params)
-            body = None
-            if isinstance(result, CallOutcome):
-                raw = result.raw
-                body = None if raw is None else self._spliced(raw)
-                result = result.result if raw is None else raw.model() if body is None else result.result
+            answer = await self._handle(call.ctx, call.params)
+            body = self._kept(answer)
             if body is None:
+                result = answer.result if isinstance(answer, CallOutcome) else answer
+                if isinstance(answer, CallOutcome) and answer.raw is not None:
+                    result = answer.raw.model()  # bytes that cannot be spliced: the model path
                 # A server's task (the tasks extension) is answered as the server wrote it.
                 dumped = dict(result) if isinstance(result, dict) else shaped(result, call.ctx.protocol_version)
                 body = self._stamped(dumped)
@@ -286,6 +285,12 @@ class ModernCalls:
         else:
             return 200, response(call.request_id, body)
         return ERROR_CODE_HTTP_STATUS.get(error.code, 200), error_response(call.request_id, error)
+
+    def _kept(self, answer: object) -> bytes | None:
+        """The result of a call whose engine kept the server's bytes, spliced (`_spliced`); None: dump it."""
+        if not isinstance(answer, CallOutcome) or answer.raw is None:
+            return None
+        return self._spliced(answer.raw)
 
     def _spliced(self, raw: RawResult) -> bytes | None:
         """The server's result bytes (a 2025-11-25 `CallToolResult`, which differs from a 2026-07-28
