@@ -238,8 +238,8 @@ class _Call:
     progress: ProgressFn | None
     # A bare future: an anyio Event is one wrapped, and costs twice as much to make, set and await.
     done: asyncio.Future[None] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
-    answer: _Incoming | RawResult | None = None
-    error: mcp_types.ErrorData | None = None
+    answer: _Incoming | RawResult | mcp_types.ErrorData | None = None
+    """What ended the call: the server's answer, or the error its answer could not be read for."""
 
 
 Answer = Callable[["RawResult | mcp_types.CallToolResult | MCPError | ValidationError"], None]
@@ -291,7 +291,7 @@ class RawChannel:
     async def deliver(self, line: bytes) -> bool:
         """Take the answer to, or progress of, one of this channel's calls; False: not ours after all."""
         plain = self._plain_answer(line)
-        if plain is not None and self._settled(*plain):
+        if plain is not None and self._end(*plain):
             return True
         try:
             message = _incoming.decode(line)
@@ -322,20 +322,7 @@ class RawChannel:
             if call.progress is not None:
                 await call.progress(progress.progress, progress.total, progress.message)
             return True
-        call = self._calls.get(message.id) if isinstance(message.id, str) else None
-        if isinstance(call, Sent):
-            del self._calls[message.id]  # type: ignore[arg-type]  # a str, as the lookup found it
-            try:
-                outcome: RawResult | mcp_types.CallToolResult | MCPError | ValidationError = self._settle(message)
-            except (MCPError, ValidationError) as exc:
-                outcome = exc
-            call.then(outcome)
-            return True
-        if call is None or call.done.done():
-            return False
-        call.answer = message
-        call.done.set_result(None)
-        return True
+        return self._end(message.id, message)
 
     def _plain_answer(self, line: bytes) -> tuple[str, RawResult] | None:
         """The id and result of an answer written as the SDK writes one (`{"jsonrpc":"2.0","id":`
@@ -358,31 +345,29 @@ class RawChannel:
             return None
         return line[len(_HEAD) : end].decode("ascii"), kept
 
-    def _settled(self, request_id: str, result: RawResult) -> bool:
-        """Hand `result` to the call `request_id`; False: no such call waits for it."""
+    def _end(self, request_id: object, answer: _Incoming | RawResult | mcp_types.ErrorData) -> bool:
+        """End the call `request_id` with `answer`: a sent call gets its outcome (what `call` would
+        return or raise), an awaited one is woken to read it; False: no such call waits for it."""
+        if not isinstance(request_id, str):  # the channel's ids are strings
+            return False
         call = self._calls.get(request_id)
         if isinstance(call, Sent):
             del self._calls[request_id]
-            call.then(result)
+            try:
+                outcome: RawResult | mcp_types.CallToolResult | MCPError | ValidationError = self._settle(answer)
+            except (MCPError, ValidationError) as exc:
+                outcome = exc
+            call.then(outcome)
             return True
         if call is None or call.done.done():
             return False
-        call.answer = result
+        call.answer = answer
         call.done.set_result(None)
         return True
 
     def fail(self, request_id: object, error: mcp_types.ErrorData) -> bool:
         """End the call `request_id` with `error` (its answer could not be read); False: not ours."""
-        call = self._calls.get(request_id) if isinstance(request_id, str) else None
-        if isinstance(call, Sent):
-            del self._calls[request_id]  # type: ignore[arg-type]
-            call.then(MCPError.from_error_data(error))
-            return True
-        if call is None or call.done.done():
-            return False
-        call.error = error
-        call.done.set_result(None)
-        return True
+        return self._end(request_id, error)
 
     def close(self) -> None:
         """The connection ended: every call in flight fails as the SDK's own would."""
@@ -423,8 +408,6 @@ class RawChannel:
             raise
         finally:
             del self._calls[request_id]
-        if call.error is not None:
-            raise MCPError.from_error_data(call.error)
         answer = call.answer
         if answer is None:
             raise _lost(self._server)
@@ -466,7 +449,7 @@ class RawChannel:
             _encode({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": notice}), b"\n"
         )
 
-    def _settle(self, answer: _Incoming | RawResult) -> RawResult | mcp_types.CallToolResult:
+    def _settle(self, answer: _Incoming | RawResult | mcp_types.ErrorData) -> RawResult | mcp_types.CallToolResult:
         """A call's answer as `call` returns it.
 
         Raises:
@@ -475,6 +458,8 @@ class RawChannel:
         """
         if isinstance(answer, RawResult):
             return answer
+        if isinstance(answer, mcp_types.ErrorData):  # the answer could not be read (`fail`)
+            raise MCPError.from_error_data(answer)
         if answer.error is not None:
             error = answer.error
             raise MCPError(code=error.code, message=error.message, data=error.data)
