@@ -78,6 +78,7 @@ PARTS = (
     "fresh-6",
     "fresh-7",
     "fresh-8",
+    "fresh-9",
 )
 
 

@@ -3,7 +3,7 @@
 The floors sit a little under what benchmarks/retrieval.py measured (docs/toolhub.md), per part of
 the set: the tuning data (`tune+`: the original queries' tune half and the `tune-extra`, `tune-2`
 and `tune-3` batches), the original queries' `held-out` half, the `fresh` queries and the sealed
-`fresh-2` to `fresh-8` batches, so a change that makes retrieval worse fails here, on
+`fresh-2` to `fresh-9` batches, so a change that makes retrieval worse fails here, on
 the queries it was tuned on or on the others; raise them when the ranker gets better.
 """
 
@@ -26,8 +26,8 @@ from toolscore.toolhub.text import terms
 
 GOLDEN = Path(__file__).parents[2] / "benchmarks" / "data" / "toolhub_golden.json"
 FLOORS = {
-    "tune+": {"recall@5": 0.82, "recall@10": 0.87, "MRR": 0.68, "nDCG@10": 0.72},
-    "held-out": {"recall@5": 0.88, "recall@10": 0.92, "MRR": 0.72, "nDCG@10": 0.76},
+    "tune+": {"recall@5": 0.84, "recall@10": 0.88, "MRR": 0.72, "nDCG@10": 0.75},
+    "held-out": {"recall@5": 0.88, "recall@10": 0.94, "MRR": 0.75, "nDCG@10": 0.79},
     "fresh": {"recall@5": 0.80, "recall@10": 0.89, "MRR": 0.63, "nDCG@10": 0.68},
     "fresh-2": {"recall@5": 0.51, "recall@10": 0.64, "MRR": 0.33, "nDCG@10": 0.40},
     "fresh-3": {"recall@5": 0.50, "recall@10": 0.66, "MRR": 0.38, "nDCG@10": 0.44},
@@ -36,12 +36,13 @@ FLOORS = {
     "fresh-6": {"recall@5": 0.70, "recall@10": 0.79, "MRR": 0.54, "nDCG@10": 0.59},
     "fresh-7": {"recall@5": 0.78, "recall@10": 0.83, "MRR": 0.63, "nDCG@10": 0.67},
     "fresh-8": {"recall@5": 0.70, "recall@10": 0.84, "MRR": 0.58, "nDCG@10": 0.63},
+    "fresh-9": {"recall@5": 0.75, "recall@10": 0.88, "MRR": 0.63, "nDCG@10": 0.69},
 }
 
 
 def part(entry: dict[str, Any]) -> str:
     """The part as benchmarks/retrieval.py splits the set, the tuning batches as one."""
-    if entry.get("set") in ("fresh", "fresh-2", "fresh-3", "fresh-4", "fresh-5", "fresh-6", "fresh-7", "fresh-8"):
+    if str(entry.get("set", "")).startswith("fresh"):  # `fresh`, and the sealed `fresh-2` onwards
         return str(entry["set"])
     if entry.get("set") in ("tune-extra", "tune-2", "tune-3"):
         return "tune+"
@@ -74,6 +75,7 @@ def test_the_golden_set_keeps_its_own_rules(golden: dict[str, Any], index: Searc
     assert sum(part(q) == "fresh-6" for q in golden["queries"]) >= 50
     assert sum(part(q) == "fresh-7" for q in golden["queries"]) >= 50
     assert sum(part(q) == "fresh-8" for q in golden["queries"]) >= 50
+    assert sum(part(q) == "fresh-9" for q in golden["queries"]) >= 50
     assert sum(part(q) == "held-out" for q in golden["queries"]) >= 60
     assert len({q["query"] for q in golden["queries"]}) == len(golden["queries"])
     assert sum(bool(q.get("hard_negatives")) for q in golden["queries"]) >= 20

@@ -15,6 +15,7 @@ from tests.toolhub.conftest import routes, tool
 from toolscore.toolhub import search
 from toolscore.toolhub.capabilities import index_capabilities
 from toolscore.toolhub.search import SearchIndex
+from toolscore.toolhub.synonyms import related
 from toolscore.toolhub.text import compounds, stem, terms
 
 
@@ -615,3 +616,65 @@ def test_a_parameters_enum_values_are_read_as_its_text() -> None:
     idx = build(tool("wide", "Many values.", {"v": many}))
     assert names(idx, "walrus", 1) == ["s0__wide"]
     assert names(idx, "zebra", 1) == []  # only the first values are read: the work per tool is bounded
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ("pretend the network is offline", "emulate_network"),  # standing in for the real thing
+        ("fake the response of the orders endpoint", "mock_route"),
+        ("ask the user for their name", "elicit_input"),  # asking someone for something
+        ("prompt the user to confirm", "elicit_input"),
+        ("approve pull request 8", "submit_review"),  # an approval is a review's verdict
+        ("put an LGTM on PR 8", "submit_review"),
+        ("capture what the page looks like", "take_screenshot"),  # a screen captured, still or moving
+        ("capture a recording of the session", "start_video"),
+        ("set the folder to work in", "set_base_path"),  # a folder is named by its path
+    ],
+)
+def test_general_developer_vocabulary_reaches_the_tools_words(query: str, expected: str) -> None:
+    """The groups added for the words users bring for a developer tool's action or object."""
+    idx = build(
+        tool("emulate_network", "Emulate network conditions such as offline mode.", {"offline": {}}),
+        tool("mock_route", "Mock the response of matching requests.", {"url": {}}),
+        tool("elicit_input", "Elicit input from the user through a form.", {"schema": {}}),
+        tool("submit_review", "Submit a review on a pull request.", {"event": {}}),
+        tool("merge_pull_request", "Merge a pull request.", {"number": {}}),
+        tool("take_screenshot", "Take a screenshot of the page.", {"full_page": {}}),
+        tool("start_video", "Start recording a video of the browser.", {"size": {}}),
+        tool("set_base_path", "Set the base path for indexing.", {"path": {}}),
+        tool("read_page", "Read the page's text.", {"url": {}}),
+        tool("send_message", "Send a message to the user.", {"text": {}}),
+    )
+    assert names(idx, query) == [f"s0__{expected}"]
+
+
+@pytest.mark.parametrize(
+    ("word", "group"),
+    [
+        ("pretend", ("mock", "emulate", "simulate", "fake", "stub")),
+        ("ask", ("elicit", "elicitation", "prompt")),
+        ("lgtm", ("review", "approve", "approval")),
+        ("capture", ("screenshot", "image", "video", "record")),
+        ("path", ("folder", "directory")),
+    ],
+)
+def test_the_new_groups_relate_both_ways(word: str, group: tuple[str, ...]) -> None:
+    for other in group:
+        assert stem(other) in related(stem(word)) and stem(word) in related(stem(other))
+
+
+def test_a_synonyms_match_counts_less_than_the_words_own_but_more_than_half() -> None:
+    """The word itself first; a synonym's match is worth 0.7 of it (a group's words share a sense)."""
+    assert 0.5 < search._SYNONYM < 1.0
+    idx = build(
+        tool("delete_folder", "Delete a folder.", {"path": {}}),
+        tool("remove_folder", "Remove a folder.", {"path": {}}),
+    )
+    hits = idx.search("remove folder", 2)
+    assert [h.name for h in hits] == ["s0__remove_folder", "s0__delete_folder"]
+    assert hits[0].score > hits[1].score
+    matches, own, _ = idx._matches(stem("remove"))
+    deleting = idx._names.index("s0__delete_folder")
+    assert deleting not in own
+    assert matches[deleting] == pytest.approx(search._SYNONYM * idx._postings[stem("delete")][deleting])

@@ -48,9 +48,15 @@ GROUPS: tuple[tuple[str, ...], ...] = (
     ("calculate", "compute", "math", "arithmetic", "sum", "add", "plus", "minus", "multiply", "divide"),
     ("schedule", "book", "reserve", "plan"),
     ("check", "verify", "validate", "test"),
+    # standing in for the real thing: a mocked response, an emulated network, a fake server
+    ("mock", "emulate", "simulate", "fake", "pretend", "stub"),
+    # asking someone for something (`elicitation` stems apart from `elicit`, so both are here)
+    ("ask", "elicit", "elicitation", "prompt"),
+    # an approval is a review's verdict; `LGTM` is how developers write one
+    ("review", "approve", "approval", "lgtm"),
     # nouns
     ("file", "document", "doc"),
-    ("folder", "directory", "dir", "mkdir"),
+    ("folder", "directory", "dir", "mkdir", "path"),  # a folder is named by its path
     ("repository", "repo"),
     ("issue", "ticket", "bug", "task", "crash"),
     ("pull", "pr", "merge"),
@@ -58,7 +64,7 @@ GROUPS: tuple[tuple[str, ...], ...] = (
     ("commit", "revision", "changeset"),
     ("message", "chat", "msg", "dm"),
     ("email", "mail", "inbox"),
-    ("image", "picture", "photo", "screenshot", "png", "jpeg", "img"),
+    ("image", "picture", "photo", "screenshot", "png", "jpeg", "img", "capture"),  # capture a screen: still...
     ("page", "website", "site", "webpage", "browser", "tab"),
     ("code", "source", "script", "snippet", "program", "codebase"),
     ("python", "py", "script"),
@@ -105,7 +111,7 @@ GROUPS: tuple[tuple[str, ...], ...] = (
     ("undo", "revert", "rollback", "reset", "restore"),
     ("notification", "ping", "mention"),
     ("vulnerability", "vulnerable", "cve", "advisory", "exploit", "dependabot"),
-    ("video", "recording", "record", "screencast"),
+    ("video", "recording", "record", "screencast", "capture"),  # ... or moving
     ("dialog", "popup", "modal", "confirm"),
     ("gist", "paste", "pastebin"),
     ("version", "release", "tag"),
