@@ -79,6 +79,7 @@ PARTS = (
     "fresh-7",
     "fresh-8",
     "fresh-9",
+    "fresh-10",
 )
 
 

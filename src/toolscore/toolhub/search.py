@@ -48,7 +48,15 @@ only (benchmarks/retrieval.py), where the results barely moved around these valu
 values were kept rather than the best of each grid. So were the two demotions' (0.5; the tuning
 data's MRR was 0.808-0.823 between 0.3 and 0.7), and their word lists are general English, not
 any query's. The synonym's discount was tried again on all the tuning parts once the groups had
-grown (`_SYNONYM`): it moved from 0.5 to 0.7.
+grown (`_SYNONYM`): it moved from 0.5 to 0.7. Then every one of these constants was tried again on
+all four tuning parts (227 queries), one at a time around its value and in pairs that act together
+(k1 and the description's weight, a field's weight and its b, the coverage power and a synonym's
+share of coverage, the synonym's and the relative's discounts, the prior and the coverage power):
+the title's weight moved from 2 to 4 (`tune+` MRR 0.743 -> 0.746, a plateau from 3.5 to 6, no part
+losing); nothing else gained the tuning data 0.003 of MRR with no part losing more, and the one
+pair that did (k1 1.5 with the description at 0.75: +0.004) lost on the parts not tuned on, so
+every other value stayed (re-tried with the title at 4, none gained 0.003 either); each constant's
+note gives its figures (`tune+` MRR with the title at 2, 0.743 at the values kept).
 """
 
 from __future__ import annotations
@@ -72,7 +80,7 @@ MAX_QUERY_WORDS = 32
 FIELD_WEIGHTS: Mapping[str, float] = {
     "name": 3.0,
     "exact": 0.5,
-    "title": 2.0,
+    "title": 4.0,
     "summary": 1.0,
     "description": 1.0,
     "params": 0.8,
@@ -82,33 +90,62 @@ FIELD_WEIGHTS: Mapping[str, float] = {
     "server": 1.0,
 }
 """How much a word counts in each field. The summary is the description's first sentence, which
-says what the tool is for; it counts on top of the whole description."""
+says what the tool is for; it counts on top of the whole description. Set by hand, then tried
+again on the tuning parts (`tune+` MRR, 0.743 with the title at 2): the title 1-2.5 0.742-0.743,
+3-3.5 0.745, 4-6 0.746, a plateau where no part lost (4 queries rose, 3 fell, most of the gain one
+query's 2 -> 1): moved from 2 to 4, a round value inside it, a little over the name's own words (a
+title is the name written for people); the name 2.5-4 with it 0.745-0.746. The others moved
+nothing by 0.003 and stay (with the title at 2; at 4 none of them gained 0.003 either): `exact`
+0 0.715, 0.25 0.739, 0.75-1.5 0.742-0.743; `summary` 0 0.739, 0.5 0.742, 1.5-2 0.737;
+`description` 0.5-0.8 0.744-0.746 (a few queries each way), 1.25-2 0.735-0.739; `params` 0.4
+0.736, 0.6-1.2 0.740-0.742; `param_text` 0.1-0.3 0.741-0.744, 0.6-0.8 0.734-0.736; `name` 2-5,
+`annotations` 0-1, `tags` and `server` 0.5-2 within 0.001."""
 _B: Mapping[str, float] = {"name": 0.5, "exact": 0.5, "title": 0.5, "tags": 0.3, "server": 0.0, "annotations": 0.0}
-"""Length normalisation per field (0.75 where unnamed): short fields barely vary in length."""
+"""Length normalisation per field (0.75 where unnamed): short fields barely vary in length. Tried
+again, 0 to 1 (`tune+` MRR 0.743 here): `name`, `title`, `tags`, `server`, `annotations` within
+0.0005; `exact` 0.741-0.742 elsewhere; `summary` 0.25 0.741, 0.9-1 0.741; `description` 0.25-0.5
+0.739-0.740, 1.0 0.745 (`tune-extra` -0.006); `params` 0.25-0.5 0.738-0.740, 0.9-1 0.743;
+`param_text` 0.25-0.5 0.736-0.738, 1.0 0.740. Kept."""
 _K1 = 1.2
+"""BM25's saturation. Tried again (`tune+` MRR): 0.6 0.728, 0.8 0.736, 1.0 0.740, 1.2-1.4 0.743, 1.5
+0.746, 1.6-1.8 0.743-0.744, 2.0 0.742, 3.0 0.745: a spike at 1.5, no plateau; kept. With the
+description's weight at 0.7-0.8, k1 1.4-1.6 gave 0.7465-0.7472 (+0.004; 7 tuning queries rose, 5
+fell, no part lost 0.003), but the parts not tuned on lost (`held-out` MRR 0.773 -> 0.764, `fresh`
+0.711 -> 0.695, all 976 queries 0.628 -> 0.626): dropped."""
 _SYNONYM = 0.7
 """What a synonym's match is worth against the query word's own. 0.5 until the groups grew: with
 today's groups the tuning data's MRR was 0.731 at 0.5, 0.738 at 0.6, 0.743 at 0.7, 0.750 at 0.9 and
 0.746 at 1.0, every tuning part gaining from 0.5 to 0.7; a round value inside that plateau, short of
 the word's own match, since a group's words share a sense, not every sense."""
 _RELATIVE = 0.5
-"""What a match of the word's agent noun or verb (`indexer`/`index`) is worth against its own."""
+"""What a match of the word's agent noun or verb (`indexer`/`index`) is worth against its own
+(`tune+` MRR 0.7427-0.7436 from 0.3 to 0.8, and no better with `_SYNONYM` at 0.6 or 0.8)."""
 _INTENT = 0.3
-"""What an intent's match (`who` -> people) is worth against a word of the query."""
+"""What an intent's match (`who` -> people) is worth against a word of the query (`tune+` MRR: 0
+0.741, 0.15-0.3 0.743, 0.45-0.6 0.745: one query up a place, two down one; kept)."""
 _COVER_SYNONYM = 0.5
-"""How much of a query word a match by synonym or relative covers (a match of the word itself: 1)."""
+"""How much of a query word a match by synonym or relative covers (a match of the word itself: 1).
+`tune+` MRR 0.725 at 0.3, 0.737 at 0.4, 0.743 at 0.5, 0.746 at 0.6 (`tune-3` -0.009; 11 queries
+rose, 12 fell), 0.743-0.744 at 0.7-0.8; no better with the coverage power at 0.75 or 1.25, or the
+synonym's discount at 0.6 or 0.8. Kept."""
 _COVERAGE = 1.0
-"""The power of the coverage factor: 0 leaves the sum alone, 1 scales it by the share covered."""
+"""The power of the coverage factor: 0 leaves the sum alone, 1 scales it by the share covered
+(`tune+` MRR 0.733 at 0.5, 0.744 at 0.75, 0.743 at 1, 0.734 at 1.25, 0.722 at 1.5, 0.706 at 2)."""
 _NAME_PRIOR = 0.3
-"""How much more a tool scores whose own name's words the query covers (all of them: the whole bonus)."""
+"""How much more a tool scores whose own name's words the query covers (all of them: the whole bonus).
+`tune+` MRR 0.731 without, 0.735-0.736 at 0.15-0.2, 0.743 at 0.3-0.4, 0.741 at 0.5, 0.745 at 0.7
+(`tune` losing a query from the top 5); no better with the coverage power at 0.75 or 1.25."""
 _NAME_WORDS = 2
 """A name is covered by this many of its words at least (a verb and an object): `git_show` by `show`
-alone gets half the prior."""
+alone gets half the prior (`tune+` MRR 0.740 at 1, 0.743 at 2, 0.737 at 3)."""
 _POOL = 50
-"""How many of the best tools by the sum are re-scored by coverage and prior (ties at the cut too)."""
+"""How many of the best tools by the sum are re-scored by coverage and prior (ties at the cut too);
+`tune+` MRR within 0.0002 at 30 and 100."""
 _UNASKED_ACTION = 0.5
 """What a tool scores, against its sum, whose name acts (`cookie_set`, `convert_time`) with a verb
-the query does not ask for, when the query asks to read (a question, or `show ...`)."""
+the query does not ask for, when the query asks to read (a question, or `show ...`). Tried again
+(`tune+` MRR): 0.742 at 0.3, 0.744 at 0.4 (`tune-2` -0.003), 0.743 at 0.5, 0.738 at 0.6-0.7, 0.728
+without it (1); kept."""
 _ACTION_TEXT = (
     "create add new make insert set update edit modify change alter rename replace patch "
     "delete remove erase drop destroy purge clear unlink write save store put overwrite append "
@@ -129,7 +166,8 @@ _READ_TEXT = "show list get read view see display print find search look fetch d
 _READ_VERBS = frozenset(stem(word) for word in _READ_TEXT.split())
 """A query that opens with one of these asks to read, as a question does."""
 _DEPRECATED = 0.5
-"""What a tool scores, against its sum, whose description says it is deprecated."""
+"""What a tool scores, against its sum, whose description says it is deprecated (`tune+` MRR 0.743
+from 0.3 to 0.7, 0.742 without it)."""
 _DEPRECATED_TEXT = re.compile(
     r"(?:^|[.!?]\s+|[(\[]\s*)deprecated\b|\b(?:this|the)(?: \w+)? is (?:now )?deprecated\b|\bis now deprecated\b", re.I
 )
@@ -208,7 +246,8 @@ _MINOR = 0.5
 """What a word of a subordinate clause or of a context sentence is worth against one of the request's
 own (the tuning data's MRR with subordinate clauses alone: 0.7070 without, 0.7102 at 0.3, 0.7100 at
 0.5, 0.7079 at 0.7; a round value kept). Such a word still counts in full towards coverage: leaving
-it out of coverage gained the tuning data as much and cost the other parts (0.01 of MRR)."""
+it out of coverage gained the tuning data as much and cost the other parts (0.01 of MRR). Tried
+again on all the tuning parts: `tune+` MRR 0.7427-0.7430 from 0.3 to 0.7."""
 _SUBORDINATE_TEXT = "because without except unless"
 _SUBORDINATES = frozenset(_SUBORDINATE_TEXT.split())
 """Words that open a clause that says why, on what condition or what not to do, not what to do."""
@@ -241,7 +280,8 @@ _WANTS = frozenset(("want", "need", "like"))
 _ENTITY = stem("entity")
 _NAMES = 0.6
 """What the names in a request (`Dana Liu`, `Orion`) are worth as `entity`: more than a question
-word's intent (0.3; the tuning data's MRR was the same at 0.3 as without, +0.0025 at 0.6 and 1.0)."""
+word's intent (0.3; the tuning data's MRR was the same at 0.3 as without, +0.0025 at 0.6 and 1.0).
+Tried again on all the tuning parts: `tune+` MRR 0.742 without or at 0.3, 0.743 at 0.6 to 1.0."""
 _MIN_NAMES = 2
 """A request names things where it has this many capitalised words no tool knows: one is often a
 product or a place (`Android`, `Sydney`)."""
