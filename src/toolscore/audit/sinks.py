@@ -213,11 +213,12 @@ class JsonlAuditSink:
             locked = _lock(self._fd)
             try:
                 for _ in range(_TRIES):
-                    if self._current() and self._append(record, fields):
+                    mine = self._current()
+                    if mine is not None and self._append(record, fields, mine.st_size):
                         break
                     locked = _lock(self._fd)  # a new file: lock it, then look again
                 else:  # overtaken again and again: kept where it is, not lost (`verify` shows the break)
-                    self._append(record, fields, rotate=False)
+                    self._append(record, fields, os.fstat(self._fd).st_size, rotate=False)
             finally:
                 if locked and self._fd is not None:
                     _unlock(self._fd)
@@ -231,9 +232,10 @@ class JsonlAuditSink:
             self._failing = False
             log.warning("audit file writable again", path=str(self.path), lost=self.lost)
 
-    def _current(self) -> bool:
-        """With the lock held: whether the descriptor is still the file at `path`; if another writer
-        rotated it away, the file now there is opened instead (False: the caller locks it)."""
+    def _current(self) -> os.stat_result | None:
+        """With the lock held: the descriptor's status while it is still the file at `path` (its size
+        then tells `_append` whether another writer appended); if another writer rotated it away,
+        the file now there is opened instead (None: the caller locks it)."""
         assert self._fd is not None
         mine = os.fstat(self._fd)
         try:
@@ -242,9 +244,9 @@ class JsonlAuditSink:
             pass
         else:
             if (at.st_ino, at.st_dev) == (mine.st_ino, mine.st_dev):
-                return True
+                return mine
         self._swap(self._open())
-        return False
+        return None
 
     def _swap(self, fd: int) -> None:
         """Write to `fd` from now on; its head is read once its lock is held (`_append`)."""
@@ -252,11 +254,11 @@ class JsonlAuditSink:
         old, self._fd, self._size, self._torn = self._fd, fd, -1, False
         os.close(old)  # its lock goes with it
 
-    def _append(self, record: AuditRecord, fields: dict[str, Any], *, rotate: bool = True) -> bool:
+    def _append(self, record: AuditRecord, fields: dict[str, Any], size: int, *, rotate: bool = True) -> bool:
         """Write the record after the file's last one (True), or rotate the file first and write
-        nothing (False: the new file is not locked yet)."""
+        nothing (False: the new file is not locked yet). `size`: the file's, read under the lock."""
         assert self._fd is not None
-        if os.fstat(self._fd).st_size != self._size:  # another writer appended, or a new file: the head moved
+        if size != self._size:  # another writer appended, or a new file: the head moved
             self._head, self._torn = self._read_head(self._fd)
         try:
             # msgspec writes the JSON `model_dump_json(exclude_none=True)` writes (a float's exponent
