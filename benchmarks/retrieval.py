@@ -80,6 +80,7 @@ PARTS = (
     "fresh-8",
     "fresh-9",
     "fresh-10",
+    "fresh-11",
 )
 
 
