@@ -678,3 +678,18 @@ def test_a_synonyms_match_counts_less_than_the_words_own_but_more_than_half() ->
     deleting = idx._names.index("s0__delete_folder")
     assert deleting not in own
     assert matches[deleting] == pytest.approx(search._SYNONYM * idx._postings[stem("delete")][deleting])
+
+
+def test_a_question_about_what_was_done_asks_for_the_change_not_for_a_tool_that_changes() -> None:
+    idx = build(
+        tool("edit_file", "Edit a file: change its lines.", {"path": {}}),
+        tool("git_show", "Show a commit's changes.", {"revision": {}}),
+    )
+    # The past form in a question about the past counts by the word itself (both tools have it),
+    # not by its synonyms and the name they make (`edit`): without the rule `edit_file` came first.
+    assert names(idx, "what changed in v2.1", 2) == ["s0__git_show", "s0__edit_file"]
+    assert names(idx, "who changed it", 2)[0] == "s0__git_show"
+    assert idx.search("what changed", 1)[0].matched == ("changed",)
+    assert names(idx, "change the lines")[0] == "s0__edit_file"  # a request to change
+    assert names(idx, "how do I change a line")[0] == "s0__edit_file"  # how to: a request too
+    assert names(idx, "Then change it. What changed?")[0] == "s0__edit_file"  # the question comes second

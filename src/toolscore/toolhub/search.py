@@ -13,16 +13,18 @@ terms, a few thousand additions at 2,000 tools.
 
 A phrasal verb in a query counts as the verb it means (`turn it off`: `disable`, `take back`:
 `undo`), a time of day (`8am`, `17:00`) as `time`, a zone's abbreviation (`PST`) as `timezone`, an
-`owner/name` pair (`acme/widgets`) as `repository`, a commit's hash (`4f2a9c1`) as `commit`, a
-name out of code (`retry_with_backoff`, `refund()`) as `code`, a quote (`'Order placed'`) as `text`
-and not by its words, and the number inside a name (`base64`, `sha256`) as a word, where a bare
-number counts not at all, an HTML element (`<img>`) as `element` and a point (`x 40 y 80`) as
-`position`. What was done (`gists I made`), a passive `get` (`getting pinged`) and a pronoun
-(`them`, `their`) ask for nothing, and two names or more (`Dana Liu`, `Payments`) add a small
-`entity`. A request says what to do in its main clause; its other words count at half: those of a
-subordinate clause (`close PR 9 without merging`, `so it opens a PR`), which say why, on what
-condition or what not to do, and those of a sentence of context beside a request (`The CI build
-went red. Show me the error output`), which say which things, not what to do with them.
+`owner/name` pair (`acme/widgets`) as `repository`, a commit's hash (`4f2a9c1`) as `commit`, a name
+out of code (`retry_with_backoff`, `refund()`) as `code`, a quote (`'Order placed'`) as `text` and
+not by its words, and the number inside a name (`base64`, `sha256`) as a word, where a bare number
+counts not at all, an HTML element (`<img>`) as `element` and a point (`x 40 y 80`) as `position`.
+What was done (`gists I made`), a passive `get` (`getting pinged`) and a pronoun (`them`, `their`)
+ask for nothing, a past form in a question about the past (`what changed`) counts by the word itself
+only (the changes asked about, not a tool that changes), and two names or more (`Dana Liu`,
+`Payments`) add a small `entity`. A request says what to do in its main clause; its other words
+count at half: those of a subordinate clause (`close PR 9 without merging`, `so it opens a PR`),
+which say why, on what condition or what not to do, and those of a sentence of context beside a
+request (`The CI build went red. Show me the error output`), which say which things, not what to do
+with them.
 A query word also looks for its synonyms (`synonyms.py`) and its agent noun or verb (`indexer`
 for `index`, `index` for `indexer`) at a discount, and each query word counts once per tool, by its
 best match, so a tool does not win by matching many synonyms of one word. A question word adds a
@@ -162,6 +164,8 @@ _QUESTION_WORDS = frozenset(_QUESTION_TEXT.split())
 """A query that opens with one of these asks to know something, not to change it (but `how do I`,
 `how to`: how to act)."""
 _HOW_TO = frozenset(("do", "can", "could", "should", "would", "to"))
+_HISTORY_OPENERS = frozenset(("what", "which", "who", "when"))
+"""Question words whose question about a past action asks for its history (`_history`)."""
 _READ_TEXT = "show list get read view see display print find search look fetch describe inspect check tell"
 _READ_VERBS = frozenset(stem(word) for word in _READ_TEXT.split())
 """A query that opens with one of these asks to read, as a question does."""
@@ -475,6 +479,8 @@ class _Word:
     exact: str | None
     weight: float = 1.0
     counts: bool = True
+    literal: bool = False
+    """Matched by its own term only: no synonym, relative or name prior (`_history`)."""
 
 
 def _hexish(token: str) -> bool:
@@ -597,6 +603,12 @@ def _query(query: str, known: Callable[[str], bool]) -> list[_Word]:
             term = stem(lower)
             if term in _ACTIONS and _done(tokens, index, lower):
                 continue  # `gists I made`: what was done says which things, not what to do
+            if term in _ACTIONS and _history(tokens, index, lower) and term not in out:
+                # `what changed in v14.2.0`: the changes asked about, by the word itself only (the
+                # tools that show changes), not by its synonyms (the tools that edit)
+                out[term] = _Word(lower, term, f"={lower}", literal=True)
+                added = term
+                continue
             if lower in _GET and _passive(tokens, index):
                 continue  # `stop getting pinged`: `get` as `be`, not as fetching
             if _new(out, term, index in minor):
@@ -708,14 +720,32 @@ def _done(tokens: list[str], index: int, lower: str) -> bool:
     return past and index > 0 and tokens[index - 1].strip(_PUNCTUATION).lower() in _SUBJECTS
 
 
+def _history(tokens: list[str], index: int, lower: str) -> bool:
+    """Whether the word at `index` asks what was done, in a question about the past: a past form in
+    a question that opens with `what`, `which`, `who` or `when` (`what changed in v14.2.0`, `which
+    files changed`, `who deleted the branch`), or a verb after `did` (`what did a1b2c3d change`).
+    Such a question asks for the history (a commit, a release, a log), not for a tool that does
+    it again. Only the question's first sentence counts."""
+    opening = tokens[0].strip(_PUNCTUATION).lower() if tokens else ""
+    if opening not in _HISTORY_OPENERS:
+        return False
+    if any(t.endswith(_SENTENCE_ENDS) for t in tokens[:index]):
+        return False  # another sentence: the question is over
+    return _past(lower) or "did" in (t.strip(_PUNCTUATION).lower() for t in tokens[:index])
+
+
+def _past(word: str) -> bool:
+    """Whether `word` (lowercase) is a past form: `-ed` (not `feed`, `speed`, `embed`) or irregular."""
+    if word in _IRREGULAR_PAST:
+        return True
+    return word.endswith("ed") and not word.endswith("eed") and word not in _NOT_PAST
+
+
 def _passive(tokens: list[str], index: int) -> bool:
     """Whether `get` at `index` comes before a past form (`getting pinged`, `got merged`): a passive,
     whose verb is the one after it; `get` would find every tool that gets something."""
     following = tokens[index + 1].strip(_PUNCTUATION).lower() if index + 1 < len(tokens) else ""
-    if following in _IRREGULAR_PAST:
-        return True
-    # `get feed`, `get speed`, `get embed code`: a noun in `-ed`, and `get` fetches it
-    return following.endswith("ed") and not following.endswith("eed") and following not in _NOT_PAST
+    return _past(following)  # not `get feed`, `get embed code`: a noun in `-ed`, which `get` fetches
 
 
 def _named(tokens: list[str], quoted: Mapping[int, str], known: Callable[[str], bool]) -> str | None:
@@ -958,11 +988,15 @@ class SearchIndex:
     def _knows(self, term: str) -> bool:
         return term in self._postings or term in self._expanded
 
-    def _matches(self, term: str) -> tuple[Mapping[int, float], Mapping[int, float], frozenset[int]]:
+    def _matches(
+        self, term: str, *, literal: bool = False
+    ) -> tuple[Mapping[int, float], Mapping[int, float], frozenset[int]]:
         """For `term`: each tool's best match (the term itself, or one of its synonyms or relatives at
         a discount), the tools that have the term itself, and the tools whose name holds it or a
-        synonym or relative of it."""
+        synonym or relative of it; `literal` (`_Word.literal`): the term itself only, no name."""
         own = self._postings.get(term, {})
+        if literal:
+            return own, own, frozenset()
         best = self._expanded.get(term)
         if best is not None or term in self._postings:
             return (best if best is not None else own), own, self._named.get(term, frozenset())
@@ -981,7 +1015,7 @@ class SearchIndex:
         matched: list[_Match] = []
         words = _query(query, self._knows)
         for word in words[:MAX_QUERY_WORDS]:
-            matches, own, in_name = self._matches(word.term)
+            matches, own, in_name = self._matches(word.term, literal=word.literal)
             exact = self._postings.get(word.exact, {}) if word.exact is not None else {}
             if not matches and not exact:
                 continue
