@@ -716,8 +716,7 @@ def _done(tokens: list[str], index: int, lower: str) -> bool:
     """Whether the word at `index` (`lower`, one of its words) is a past form right after its subject
     (`gists I made`, `the files we added`, `somebody opened`): it tells which things the request is
     about, and asks for no tool that does it again."""
-    past = lower.endswith("ed") or lower in _IRREGULAR_PAST
-    return past and index > 0 and tokens[index - 1].strip(_PUNCTUATION).lower() in _SUBJECTS
+    return _past(lower) and index > 0 and tokens[index - 1].strip(_PUNCTUATION).lower() in _SUBJECTS
 
 
 def _history(tokens: list[str], index: int, lower: str) -> bool:
