@@ -265,7 +265,8 @@ class ToolHub:
                     "'server'?: string, 'capability'?: string}."
                 )
             if self._reranker is not None:
-                await self._reranker.load()  # off the event loop, before the first search needs it
+                # the model and the catalog's vectors, off the event loop, before the search needs them
+                await self._reranker.load(self.capabilities.tools)
             found = self.search(
                 query, k, server=server, capability=capability, hidden=self._hidden(scope), own=gateway_tools()
             )

@@ -1,15 +1,14 @@
-"""The optional second stage of `search_tools`: the first stage's best fifty re-ranked by a small
-embedding model, only where a package that ships the model's weights is installed.
+"""The optional second stage of `search_tools`: a small embedding model joins the first stage, only
+where a package that ships the model's weights is installed.
 
 Off by default (`toolhub.rerank`). On, the gateway checks at start that the model's package
 (`toolhub.rerank_model`, default `wordllama`) and its bundled files are there, without importing
 it; when they are not, it logs one warning that says how to install them and searches as before.
 Nothing is ever fetched: the weights and the tokenizer are read from the installed package's own
 folder. The model is loaded once, before the first search, in a worker thread (`load`: a few
-tenths of a second of CPU that would otherwise stall every other request), and each tool's text
-(its name's words, title, description and parameter names) is embedded the first time the tool is
-among a search's best fifty, then kept, keyed by a digest of that text, so a reload that leaves a
-tool as it was embeds nothing again.
+tenths of a second of CPU that would otherwise stall every other request), and so is the catalog:
+each tool's text (its name's words, title, description's head and parameter names) is embedded
+once, kept by a digest of that text, so a reload that leaves a tool as it was embeds nothing again.
 
 The model (WordLlama's `l2_supercat`, 256 dimensions) is a table of token vectors: a text's vector
 is the mean of its tokens' rows, normalised. We read the package's files and pool ourselves rather
@@ -17,9 +16,13 @@ than import the package, because importing it configures the root logger (`loggi
 and its loader's default path looks for the tokenizer in a folder the wheel does not have, then
 downloads it; pooling the same rows gives the package's own vectors.
 
-Each of the best fifty gets `(1 - WEIGHT) * score / best score + WEIGHT * cosine(query, tool)`;
-tools past the fifty keep their order after them. The cosines are summed in float64 without BLAS
-and the blend rounded before sorting, so equal inputs give one order; ties go by tool name.
+Hybrid retrieval: the candidates are the first stage's best fifty and the `NEAREST` tools whose
+vectors are nearest the query's over the whole catalog (within the same `server`/`capability`
+filter, a cosine of `FLOOR` at least), so a request in words no tool uses still reaches its tool.
+Each candidate gets `(1 - WEIGHT) * score / best score + WEIGHT * cosine(query, tool)` (a tool only
+the model found has a first-stage score of 0); the first stage's other tools keep their order after
+them. The cosines are summed in float64 without BLAS and the blend rounded before sorting, so equal
+inputs give one order; ties go by tool name.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import importlib.util
 import re
 from collections import OrderedDict
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -43,21 +47,26 @@ if TYPE_CHECKING:
     from toolscore.config import ToolHubSettings
     from toolscore.toolhub.search import Hit, SearchIndex
 
-__all__ = ["INSTALL_HINT", "POOL", "WEIGHT", "Reranker", "reranker_for", "tool_text"]
+__all__ = ["FLOOR", "INSTALL_HINT", "NEAREST", "POOL", "WEIGHT", "Reranker", "reranker_for", "tool_text"]
 
 log = structlog.get_logger("toolscore.toolhub")
 
 POOL = 50
 """How many of the first stage's best tools are re-ranked."""
-WEIGHT = 0.2
-"""The cosine's share of the blend; chosen on the golden set's tuning parts only (docs/toolhub.md)."""
+WEIGHT = 0.6
+"""The cosine's share of the blend; chosen on the tuning parts of the golden set and of MetaTool's
+corpus together (docs/toolhub.md)."""
 INSTALL_HINT = "pip install 'toolscore[rerank]'"
 _WEIGHTS = Path("weights") / "l2_supercat_256.safetensors"
 _TOKENIZER = Path("tokenizers") / "l2_supercat_tokenizer_config.json"
 _NEEDS = ("numpy", "safetensors", "tokenizers")
 """What reading and pooling the files takes (the model package's own dependencies)."""
+NEAREST = 20
+"""The model's nearest tools that join the first stage's fifty as candidates."""
+FLOOR = 0.25
+"""The least cosine at which a tool only the model found is a candidate."""
 _MAX_CACHED = 20_000
-"""Tool vectors kept (1 KiB each): more tools than any catalog holds, a bound all the same."""
+"""Tool vectors kept (2 KiB each): more tools than any catalog holds, a bound all the same."""
 _DESCRIPTION_CHARS = 1000
 """A description's head: past it a mean of token vectors only blurs what the tool is for."""
 _DIGITS = 6
@@ -113,6 +122,11 @@ class _Model:
             self._table: Any = f.get_tensor("embedding.weight")
         self._tokenizer = Tokenizer.from_file(str(tokenizer))
 
+    @property
+    def dimensions(self) -> int:
+        """The length of a vector."""
+        return int(self._table.shape[1])
+
     def embed(self, text: str) -> Any:
         """`text`'s unit vector (float64), or zeros where it has no token."""
         import numpy as np
@@ -126,6 +140,29 @@ class _Model:
         return vector / norm if norm > 0 else vector
 
 
+@dataclass(frozen=True, slots=True)
+class _Space:
+    """One catalog's tool vectors, a row per tool in name order (so ties in the model's order go by
+    name), for the mapping they were made from."""
+
+    tools: Mapping[str, Tagged]
+    names: list[str]
+    matrix: Any
+    """float64, one unit row per tool (zeros where a tool's text has no token)."""
+    rows: dict[str, int]
+    """A tool's row, by name."""
+
+    def allowed(self, server: str | None, capability: str | None) -> list[bool] | None:
+        """Which rows `search_tools`' filters keep (None: all)."""
+        if server is None and capability is None:
+            return None
+        return [
+            (server is None or self.tools[n].route.server == server)
+            and (capability is None or capability in self.tools[n].tags)
+            for n in self.names
+        ]
+
+
 class Reranker:
     """The second stage, for one model package; its model loaded by the first search, tool vectors cached."""
 
@@ -137,20 +174,23 @@ class Reranker:
         self._failed = False
         self._loading: anyio.Lock | None = None
         self._vectors: OrderedDict[bytes, Any] = OrderedDict()
-        self._by_tool: dict[int, tuple[Tagged, Any]] = {}
-        """The vector of each definition met, by identity (the index's definitions do not change): a
-        search that meets it again neither rebuilds its text nor hashes it."""
+        self._space: _Space | None = None
 
-    async def load(self) -> None:
-        """Load the model in a worker thread, once (concurrent callers wait for the one load), so the
-        event loop goes on serving while it is read; a search before it would load it inline."""
-        if self._model is not None or self._failed:
+    async def load(self, tools: Mapping[str, Tagged] | None = None) -> None:
+        """Load the model and embed `tools` in a worker thread, once each (concurrent callers wait
+        for the one load), so the event loop goes on serving meanwhile; a search before it would do
+        both inline."""
+        if self._failed or (self._model is not None and (tools is None or self._current(tools))):
             return
         if self._loading is None:
             self._loading = anyio.Lock()
         async with self._loading:
-            if self._model is None and not self._failed:
-                await anyio.to_thread.run_sync(self._loaded)
+            await anyio.to_thread.run_sync(self._prepared, tools)
+
+    def _prepared(self, tools: Mapping[str, Tagged] | None) -> None:
+        model = self._loaded()
+        if model is not None and tools is not None:
+            self._embedded(model, tools)
 
     def _loaded(self) -> _Model | None:
         if self._model is None and not self._failed:
@@ -165,21 +205,34 @@ class Reranker:
                 )
         return self._model
 
-    def _vector(self, model: _Model, tagged: Tagged) -> Any:
-        seen = self._by_tool.get(id(tagged))
-        if seen is not None and seen[0] is tagged:
-            return seen[1]
-        if len(self._by_tool) >= _MAX_CACHED:
-            self._by_tool.clear()  # definitions of an older tool list, held alive only by this
-        text = tool_text(tagged)
-        key = hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()
-        found = self._vectors.get(key)
-        if found is None:
-            found = self._vectors[key] = model.embed(text)
-            if len(self._vectors) > _MAX_CACHED:
-                self._vectors.popitem(last=False)
-        self._by_tool[id(tagged)] = (tagged, found)
-        return found
+    def _current(self, tools: Mapping[str, Tagged]) -> bool:
+        return self._space is not None and self._space.tools is tools
+
+    def _embedded(self, model: _Model, tools: Mapping[str, Tagged]) -> _Space:
+        """`tools`' vectors: the space made for this very mapping, or a new one (an index's catalog is
+        never changed in place: a reload makes a new one)."""
+        import numpy as np
+
+        space = self._space
+        if space is not None and space.tools is tools:
+            return space
+        names = sorted(tools)
+        rows = []
+        for name in names:
+            text = tool_text(tools[name])
+            key = hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()
+            found = self._vectors.get(key)
+            if found is None:
+                found = self._vectors[key] = model.embed(text)
+            else:
+                self._vectors.move_to_end(key)
+            rows.append(found)
+        while len(self._vectors) > _MAX_CACHED:
+            self._vectors.popitem(last=False)
+        dimensions = model.dimensions
+        matrix = np.stack(rows) if rows else np.zeros((0, dimensions), dtype=np.float64)
+        self._space = space = _Space(tools, names, matrix, {name: i for i, name in enumerate(names)})
+        return space
 
     def search(
         self,
@@ -191,31 +244,46 @@ class Reranker:
         server: str | None = None,
         capability: str | None = None,
     ) -> list[Hit]:
-        """`index.search`'s `k` best with its best fifty re-ranked (the rest after them, in its order)."""
+        """The `k` best of the first stage's best fifty and the model's nearest tools, by the blend;
+        then the first stage's other tools in its order."""
         hits = index.search(query, max(k, POOL), server=server, capability=capability)
-        model = self._loaded() if len(hits) > 1 else None
+        model = self._loaded()
         if model is None:
             return hits[:k]
-        return self.rerank(model.embed(query), hits, [self._vector(model, tools[h.name]) for h in hits[:POOL]])[:k]
+        space = self._embedded(model, tools)
+        return self.rerank(space, model.embed(query), hits, space.allowed(server, capability))[:k]
 
-    def rerank(self, query: Any, hits: list[Hit], vectors: list[Any]) -> list[Hit]:
-        """`hits` (best first) with the first `len(vectors)` re-ordered by the blend; the rest after them."""
+    def rerank(self, space: _Space, query: Any, hits: list[Hit], allowed: list[bool] | None = None) -> list[Hit]:
+        """`hits` (best first): its first fifty and the `NEAREST` tools of `space` nearest `query` (of
+        the `allowed` rows, a cosine of `FLOOR` at least) ordered by the blend; the rest of `hits` after
+        them, never scored above the last of those."""
         import numpy as np
 
         from toolscore.toolhub.search import Hit
 
-        head, tail = hits[: len(vectors)], hits[len(vectors) :]
+        # elementwise products summed by numpy's own reduction, not a BLAS product, whose result may
+        # depend on the memory's alignment; rounded, so last-bit noise cannot reorder
+        cosines = np.round((space.matrix * query).sum(axis=1), _DIGITS)
+        head = hits[:POOL]
+        taken = {h.name for h in head}
+        near: list[Hit] = []
+        for i in np.argsort(-cosines, kind="stable").tolist():  # rows are in name order: ties by name
+            if len(near) >= NEAREST or cosines[i] < FLOOR:
+                break
+            if (allowed is None or allowed[i]) and space.names[i] not in taken:
+                near.append(Hit(space.names[i], 0.0, ()))
+        pulled = {h.name for h in near}
+        head += near
         best = max((h.score for h in head), default=0.0) or 1.0
-        # elementwise products summed by numpy's own reduction, not a BLAS dot product, whose
-        # result may depend on the memory's alignment
-        cosines = (np.stack(vectors) * query).sum(axis=1)
         first = np.asarray([h.score for h in head], dtype=np.float64) / best
-        blended = np.round((1 - self.weight) * first + self.weight * cosines, _DIGITS).tolist()
+        on_head = np.asarray([cosines[space.rows[h.name]] if h.name in space.rows else 0.0 for h in head])
+        blended = np.round((1 - self.weight) * first + self.weight * on_head, _DIGITS).tolist()
         order = sorted(range(len(head)), key=lambda i: (-blended[i], head[i].name))
         out = [Hit(head[i].name, round(blended[i], 4), head[i].matched) for i in order]
-        floor = out[-1].score if out else 0.0
-        # past the fifty: their own order, never shown above the last re-ranked score
-        out += [Hit(h.name, round(min((1 - self.weight) * h.score / best, floor), 4), h.matched) for h in tail]
+        last = out[-1].score if out else 0.0
+        # past the candidates: the first stage's own order, never shown above the last candidate's score
+        tail = [h for h in hits[POOL:] if h.name not in pulled]
+        out += [Hit(h.name, round(min((1 - self.weight) * h.score / best, last), 4), h.matched) for h in tail]
         return out
 
 
