@@ -36,7 +36,7 @@ of one part (default `tune+`) whose grade-2 tool is not in the top 5, with what 
 every part's figures with it off and on, from the same index in the same run, and the search
 latency with it on (the first search, which embeds the whole catalog, apart from the rest).
 `--weights 0.1,0.2,...` prints the tuning data's figures (`tune+` only) for each blend weight: the
-weight is chosen there and on the tune half of MetaTool's corpus (`retrieval_metatool.py`), never
+weight is chosen there and on the tune half of MetaTool's corpus (`retrieval_external.py`), never
 on `held-out` or the `fresh` parts.
 
 Targets (issue "Finding the right tool among thousands"): recall@5 >= 0.90, MRR >= 0.75,
