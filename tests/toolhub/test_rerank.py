@@ -351,3 +351,31 @@ def test_the_stage_on_the_golden_set_stays_at_least_this_good() -> None:
         )
     assert ranks["original"][0] >= 0.96 and ranks["original"][1] >= 0.80, ranks
     assert ranks["all"][0] >= 0.79 and ranks["all"][1] >= 0.64, ranks
+
+
+@needs_model
+def test_a_new_catalog_embeds_only_its_new_tools(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a reload makes a new mapping: the tools it kept as they were are not embedded again
+    from toolscore.toolhub import rerank
+
+    embedded: list[str] = []
+
+    class Noted(rerank._Model):
+        def embed(self, text: str) -> Any:
+            embedded.append(text)
+            return super().embed(text)
+
+    monkeypatch.setattr(rerank, "_Model", Noted)
+    reranker = on()
+    before = catalog()
+    reranker.search(SearchIndex(before), before, "wipe all cookies", 5)
+    assert len(embedded) == len(before) + 1  # every tool, and the query
+    servers: dict[str, list[dict[str, Any]]] = json.loads(GOLDEN.read_text())["servers"]
+    first = next(iter(servers))
+    servers[first] = [{**servers[first][0], "description": "Something else entirely."}, *servers[first][1:]]
+    found, config = routes({name: [mcp_types.Tool.model_validate(t) for t in defs] for name, defs in servers.items()})
+    after = index_capabilities(found, config).tools
+    embedded.clear()
+    hits = reranker.search(SearchIndex(after), after, "wipe all cookies", 5)
+    assert embedded == [rerank.tool_text(after[f"{first}__{servers[first][0]['name']}"]), "wipe all cookies"]
+    assert hits == on().search(SearchIndex(after), after, "wipe all cookies", 5)  # as a fresh one ranks

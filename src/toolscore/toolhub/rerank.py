@@ -30,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import re
+import threading
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -175,6 +176,9 @@ class Reranker:
         self._loading: anyio.Lock | None = None
         self._vectors: OrderedDict[bytes, Any] = OrderedDict()
         self._space: _Space | None = None
+        self._embedding = threading.Lock()
+        """Held while a catalog is embedded: a worker thread's `load` and, after a reload that came
+        between it and the search, the search's own."""
 
     async def load(self, tools: Mapping[str, Tagged] | None = None) -> None:
         """Load the model and embed `tools` in a worker thread, once each (concurrent callers wait
@@ -211,11 +215,18 @@ class Reranker:
     def _embedded(self, model: _Model, tools: Mapping[str, Tagged]) -> _Space:
         """`tools`' vectors: the space made for this very mapping, or a new one (an index's catalog is
         never changed in place: a reload makes a new one)."""
+        space = self._space
+        if space is not None and space.tools is tools:
+            return space
+        with self._embedding:
+            return self._embed(model, tools)
+
+    def _embed(self, model: _Model, tools: Mapping[str, Tagged]) -> _Space:
         import numpy as np
 
         space = self._space
         if space is not None and space.tools is tools:
-            return space
+            return space  # made while this one waited for the lock
         names = sorted(tools)
         rows = []
         for name in names:
@@ -229,8 +240,7 @@ class Reranker:
             rows.append(found)
         while len(self._vectors) > _MAX_CACHED:
             self._vectors.popitem(last=False)
-        dimensions = model.dimensions
-        matrix = np.stack(rows) if rows else np.zeros((0, dimensions), dtype=np.float64)
+        matrix = np.stack(rows) if rows else np.zeros((0, model.dimensions), dtype=np.float64)
         self._space = space = _Space(tools, names, matrix, {name: i for i, name in enumerate(names)})
         return space
 
