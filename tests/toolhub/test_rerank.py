@@ -379,3 +379,28 @@ def test_a_new_catalog_embeds_only_its_new_tools(monkeypatch: pytest.MonkeyPatch
     hits = reranker.search(SearchIndex(after), after, "wipe all cookies", 5)
     assert embedded == [rerank.tool_text(after[f"{first}__{servers[first][0]['name']}"]), "wipe all cookies"]
     assert hits == on().search(SearchIndex(after), after, "wipe all cookies", 5)  # as a fresh one ranks
+
+
+@needs_model
+@pytest.mark.anyio
+async def test_search_tools_through_the_front_finds_a_tool_no_word_names(tmp_path: Path) -> None:
+    # a real client against the gateway in this process, over a fixture server: the words find
+    # nothing for this request; with the stage on, the model's nearest tool is the answer
+    from mcp import Client
+
+    from tests.conftest import text
+    from tests.fixtures.search_server import build_search_server
+    from toolscore import testing
+
+    servers = {"alpha": build_search_server("alpha", tmp_path)}
+    for rerank, expected in (("off", None), ("embedding", "alpha__calculate")):
+        config = testing.memory_config(
+            {"alpha": {}}, toolscore={"startup_grace_seconds": None, "toolhub": {"rerank": rerank}}
+        )
+        async with testing.running_gateway(servers, config=config) as (gw, _), Client(gw.server) as client:
+            result = await client.call_tool("search_tools", {"query": "total of these numbers", "k": 1})
+        if expected is None:
+            assert result.is_error and "No tool matches" in text(result), text(result)
+        else:
+            (found,) = json.loads(text(result))
+            assert found["name"] == expected and found["matched"] == [] and 0 < found["score"] <= 1
