@@ -115,6 +115,19 @@ GROUPS: tuple[tuple[str, ...], ...] = (
     ("dialog", "popup", "modal", "confirm"),
     ("gist", "paste", "pastebin"),
     ("version", "release", "tag"),
+    # consumer services: what a request is about, in the words of the service's description
+    ("crypto", "cryptocurrency", "bitcoin"),
+    ("currency", "money", "dollar"),
+    ("job", "career", "employment", "vacancy"),
+    ("trip", "travel", "vacation"),
+    ("house", "home", "apartment", "housing"),
+    ("recipe", "cook", "meal"),
+    ("restaurant", "dining", "dine", "eatery"),
+    ("diet", "nutrition"),
+    ("movie", "film", "cinema"),
+    ("song", "music"),
+    ("law", "legal"),
+    ("king", "queen", "monarch", "ruler"),
 )
 """Each group: words that name the same thing in a tool catalog. Stemmed on import."""
 
