@@ -3,12 +3,12 @@
 Names are split where people join words (`_`, `-`, `.`, camelCase, digits), everything is
 lower-cased and stemmed by a small suffix stripper of our own: `invoices`, `saving`, `created`
 and `creation` meet `invoice`, `save` and `create`; `modified` meets `modify`, `notification`
-`notify`, `recursively` `recursive`, British `summarise`/`colour`/`cancelled`
-their American forms, and a short table takes the common irregular verbs (`ran`, `written`,
-`shown`) to their base. The stems need not be words, only the same for the forms of one word; a
-few over-eager merges cost little, since a merge only adds candidates that the other fields still
-have to rank. `compounds` gives a camelCase word also whole (`JavaScript` -> `javascript`), so a
-query that writes it in one piece finds it too.
+`notify`, `recommendation` `recommend`, `financial` `finance`, `recursively` `recursive`, British
+`summarise`/`colour`/`cancelled` their American forms, and a short table takes the common
+irregular verbs (`ran`, `written`, `shown`) to their base. The stems need not be words, only the
+same for the forms of one word; a few over-eager merges cost little, since a merge only adds
+candidates that the other fields still have to rank. `compounds` gives a camelCase word also
+whole (`JavaScript` -> `javascript`), so a query that writes it in one piece finds it too.
 
 Linear in the input and capped, so a hostile description or query costs at most a bounded scan
 (the word pattern has no nested repetition, so no backtracking).
@@ -39,11 +39,12 @@ _DERIVED = (
     ("ation", "ate", 4),
     ("ution", "ute", 4),
     ("ition", "", 5),
+    ("cial", "ce", 4),
     ("ment", "", 4),
     ("ion", "", 4),
     ("al", "", 4),
 )
-_PLAIN_ATION = ("ur", "rm", "ll", "rv", "nt", "ct", "pil", "clar")
+_PLAIN_ATION = ("ur", "rm", "ll", "rv", "nt", "ct", "nd", "pil", "clar")
 """Stems before `-ation` that come from a verb without `-ate`: `configuration` -> `configure`."""
 _KEEP_DOUBLE = frozenset("lsz")
 _IRREGULAR = {
@@ -142,7 +143,7 @@ def stem(word: str) -> str:
     Irregular forms and British spellings first (`wrote` -> `write`, `colour` -> `color`), then
     plurals (`-ies` -> `-y`, `-sses` -> `-ss`, `-s`), then `-ing`/`-ed`/`-ied` (undoubling a final
     consonant: `running` -> `run`; `modified` -> `modify`), adverbs' `-ly`, derivational endings
-    (`-ification`, `-ation`, `-sion`, `-ion`, `-ment`, `-al`), and finally a trailing `e`, so `save`,
+    (`-ification`, `-ation`, `-sion`, `-ion`, `-cial`, `-ment`, `-al`), and finally a trailing `e`, so `save`,
     `saves`, `saved` and `saving` all end as `sav`. Agent nouns keep their `-er` (`customer` is not
     `custom`); the search relates `indexer` to `index` at a discount instead.
     Words of three letters or fewer, and anything not plain ASCII letters, are left alone.
