@@ -116,7 +116,7 @@ GROUPS: tuple[tuple[str, ...], ...] = (
     ("gist", "paste", "pastebin"),
     ("version", "release", "tag"),
     # consumer services: what a request is about, in the words of the service's description
-    ("crypto", "cryptocurrency", "bitcoin"),
+    ("crypto", "cryptocurrency", "bitcoin", "blockchain"),
     ("currency", "money", "dollar"),
     ("job", "career", "employment", "vacancy"),
     ("trip", "travel", "vacation"),
@@ -128,6 +128,11 @@ GROUPS: tuple[tuple[str, ...], ...] = (
     ("song", "music"),
     ("law", "legal"),
     ("king", "queen", "monarch", "ruler"),
+    ("buy", "purchase"),
+    ("discount", "coupon", "deal"),
+    ("course", "lecture", "lesson", "tutorial"),
+    ("podcast", "episode"),
+    ("chart", "plot", "diagram", "visualize"),
 )
 """Each group: words that name the same thing in a tool catalog. Stemmed on import."""
 
