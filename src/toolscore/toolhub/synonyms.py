@@ -5,7 +5,10 @@ A query word also looks for the other words of its groups (at a discount, see `s
 that mean the same thing in a tool's name or description; a word may sit in several groups
 ("fetch" is a download and a read). They are the common verbs and nouns of tool catalogs and the
 words users bring for them (`ping` for a notification, `paste` for a gist); groups added in a
-tuning round were judged on the golden set's tuning batches alone (docs/toolhub.md).
+tuning round were judged on the golden set's tuning batches alone (docs/toolhub.md). The last
+groups are consumer services' domains (money, jobs, travel, food, media), judged on the tuning
+halves of MetaTool's and BFCL's corpora (`benchmarks/retrieval_external.py`) and the golden set's
+tuning batches together, each kept only where no part lost.
 """
 
 from __future__ import annotations
