@@ -130,7 +130,6 @@ GROUPS: tuple[tuple[str, ...], ...] = (
     ("movie", "film", "cinema"),
     ("song", "music"),
     ("law", "legal"),
-    ("king", "queen", "monarch", "ruler"),
     ("buy", "purchase"),
     ("discount", "coupon", "deal"),
     ("course", "lecture", "lesson", "tutorial"),
