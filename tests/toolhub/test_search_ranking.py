@@ -696,3 +696,19 @@ def test_a_question_about_what_was_done_asks_for_the_change_not_for_a_tool_that_
     assert names(idx, "change the lines")[0] == "s0__edit_file"  # a request to change
     assert names(idx, "how do I change a line")[0] == "s0__edit_file"  # how to: a request too
     assert names(idx, "Then change it. What changed?")[0] == "s0__edit_file"  # the question comes second
+
+
+def test_consumer_services_are_found_by_their_domains_words() -> None:
+    # a catalog of services as their descriptions put them; each request in a user's other word
+    idx = build(
+        tool("job_board", "Find job openings near you."),
+        tool("fx", "Convert between currencies at today's rates."),
+        tool("trip_planner", "Plan a trip: routes, stays and sights."),
+        tool("film_finder", "Showtimes and reviews for any film."),
+        tool("shop", "Purchase products from thousands of stores."),
+    )
+    assert names(idx, "any vacancies for a nurse in Leeds") == ["s0__job_board"]
+    assert names(idx, "how much money is 20 euros in dollars") == ["s0__fx"]
+    assert names(idx, "ideas for our summer vacation") == ["s0__trip_planner"]
+    assert names(idx, "what movie is on tonight") == ["s0__film_finder"]
+    assert names(idx, "buy a new kettle") == ["s0__shop"]
