@@ -184,7 +184,7 @@ class Reranker:
         """Load the model and embed `tools` in a worker thread, once each (concurrent callers wait
         for the one load), so the event loop goes on serving meanwhile; a search before it would do
         both inline."""
-        if self._failed or (self._model is not None and (tools is None or self._current(tools))):
+        if self._failed or (self._model is not None and (tools is None or self._made_for(tools))):
             return
         if self._loading is None:
             self._loading = anyio.Lock()
@@ -209,24 +209,24 @@ class Reranker:
                 )
         return self._model
 
-    def _current(self, tools: Mapping[str, Tagged]) -> bool:
-        return self._space is not None and self._space.tools is tools
+    def _made_for(self, tools: Mapping[str, Tagged]) -> _Space | None:
+        """The space of this very mapping, if made (an index's catalog is never changed in place: a
+        reload makes a new one)."""
+        space = self._space
+        return space if space is not None and space.tools is tools else None
 
     def _embedded(self, model: _Model, tools: Mapping[str, Tagged]) -> _Space:
-        """`tools`' vectors: the space made for this very mapping, or a new one (an index's catalog is
-        never changed in place: a reload makes a new one)."""
-        space = self._space
-        if space is not None and space.tools is tools:
+        """`tools`' vectors: the space made for them, or a new one."""
+        space = self._made_for(tools)
+        if space is not None:
             return space
         with self._embedding:
-            return self._embed(model, tools)
+            # made while this one waited for the lock, or made now
+            return self._made_for(tools) or self._embed(model, tools)
 
     def _embed(self, model: _Model, tools: Mapping[str, Tagged]) -> _Space:
         import numpy as np
 
-        space = self._space
-        if space is not None and space.tools is tools:
-            return space  # made while this one waited for the lock
         names = sorted(tools)
         rows = []
         for name in names:
