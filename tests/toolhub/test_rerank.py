@@ -404,3 +404,55 @@ async def test_search_tools_through_the_front_finds_a_tool_no_word_names(tmp_pat
         else:
             (found,) = json.loads(text(result))
             assert found["name"] == expected and found["matched"] == [] and 0 < found["score"] <= 1
+
+
+@needs_model
+@pytest.mark.anyio
+async def test_lone_surrogates_in_a_description_or_a_query_are_searched_not_raised() -> None:
+    # JSON may escape a lone surrogate; the tokenizer takes no such text, so it is replaced first
+    from toolscore.downstream.registry import build_registry
+    from toolscore.toolhub.hub import ToolHub
+    from toolscore.toolhub.scoring import Scoreboard
+
+    hostile = {"files": [tool("read_file", "Read a file \ud800 from disk.", {"path": {}}), *FILES["files"][:1]]}
+    config = parse_config(
+        {"mcpServers": {"files": {"type": "memory"}}, "toolscore": {"toolhub": {"rerank": "embedding"}}}
+    )
+    registry = build_registry(hostile, config)
+
+    class Source:
+        def __init__(self) -> None:
+            self.registry = registry
+
+    hub = ToolHub(tools=Source(), engine=None, config=config, scores=Scoreboard())  # type: ignore[arg-type]
+    for query in ("open the file", "open \udfff the file"):
+        result = await hub.answer("search_tools", {"query": query, "k": 2})
+        assert not result.is_error
+        assert json.loads(result.content[0].text)[0]["name"] == "files__read_file"
+
+
+@needs_model
+def test_a_text_the_model_refuses_fails_no_search(monkeypatch: pytest.MonkeyPatch) -> None:
+    # whatever else a tokenizer may refuse: that tool is near nothing, that query ranks by its words
+    from toolscore.toolhub import rerank
+
+    class Refusing(rerank._Model):
+        def embed(self, text: str) -> Any:
+            if "refuse" in text:
+                raise ValueError("cannot read this")
+            return super().embed(text)
+
+    monkeypatch.setattr(rerank, "_Model", Refusing)
+    found, config = routes(
+        {"kit": [tool("get_weather", "Current weather for a city; refuse me.", {"city": {}}), *FILES["files"]]}
+    )
+    tools = index_capabilities(found, config).tools
+    index = SearchIndex(tools)
+    reranker = on()
+    with captured_logs() as logs:
+        hits = reranker.search(index, tools, "read the file", 3)
+        assert hits[0].name == "kit__read_file"
+        assert reranker.search(index, tools, "refuse to delete the file", 2) == index.search(
+            "refuse to delete the file", 2
+        )
+    assert [e["log_level"] for e in logs] == ["warning"]  # once, for the first refusal

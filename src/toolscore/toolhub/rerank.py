@@ -132,7 +132,9 @@ class _Model:
         """`text`'s unit vector (float64), or zeros where it has no token."""
         import numpy as np
 
-        ids = np.asarray(self._tokenizer.encode(text[:MAX_TEXT_CHARS], add_special_tokens=False).ids, dtype=np.int64)
+        # a lone surrogate (JSON may escape one) is no text the tokenizer takes: it becomes "?"
+        text = text[:MAX_TEXT_CHARS].encode("utf-8", "replace").decode("utf-8")
+        ids = np.asarray(self._tokenizer.encode(text, add_special_tokens=False).ids, dtype=np.int64)
         if ids.size == 0:
             return np.zeros(self._table.shape[1], dtype=np.float64)
         np.clip(ids, 0, self._table.shape[0] - 1, out=ids)
@@ -176,6 +178,7 @@ class Reranker:
         self._loading: anyio.Lock | None = None
         self._vectors: OrderedDict[bytes, Any] = OrderedDict()
         self._space: _Space | None = None
+        self._refused = False
         self._embedding = threading.Lock()
         """Held while a catalog is embedded: a worker thread's `load` and, after a reload that came
         between it and the search, the search's own."""
@@ -234,7 +237,10 @@ class Reranker:
             key = hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()
             found = self._vectors.get(key)
             if found is None:
-                found = self._vectors[key] = model.embed(text)
+                # a text the model cannot read is near nothing; the rest of the catalog is embedded
+                vector = self._embedding_of(model, text)
+                found = vector if vector is not None else np.zeros(model.dimensions, dtype=np.float64)
+                self._vectors[key] = found
             else:
                 self._vectors.move_to_end(key)
             rows.append(found)
@@ -261,7 +267,25 @@ class Reranker:
         if model is None:
             return hits[:k]
         space = self._embedded(model, tools)
-        return self.rerank(space, model.embed(query), hits, space.allowed(server, capability))[:k]
+        vector = self._embedding_of(model, query)
+        if vector is None:  # the words' order, as with the stage off
+            return hits[:k]
+        return self.rerank(space, vector, hits, space.allowed(server, capability))[:k]
+
+    def _embedding_of(self, model: _Model, text: str) -> Any | None:
+        """`text`'s vector, or None where the tokenizer refuses it (logged once): the optional stage
+        never fails a search."""
+        try:
+            return model.embed(text)
+        except Exception as exc:
+            if not self._refused:
+                self._refused = True
+                log.warning(
+                    "toolhub.rerank: the embedding model refused a text; that search ranks by its words",
+                    package=self.package,
+                    error=f"{type(exc).__name__}: {str(exc)[:200]}",
+                )
+            return None
 
     def rerank(self, space: _Space, query: Any, hits: list[Hit], allowed: list[bool] | None = None) -> list[Hit]:
         """`hits` (best first): its first fifty and the `NEAREST` tools of `space` nearest `query` (of
