@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import hashlib
 import json
 import math
 import re
@@ -44,7 +43,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from retrieval import catalog_of, quality, reranked
+from retrieval import catalog_of, part, quality, reranked
 
 from toolscore.config import ToolHubSettings
 from toolscore.toolhub.rerank import WEIGHT, reranker_for
@@ -85,12 +84,12 @@ def bfcl(root: Path) -> Corpus:
     data = root / "berkeley-function-call-leaderboard" / "bfcl_eval" / "data"
     tools: dict[str, dict[str, Any]] = {}
     queries = []
-    for part in BFCL_PARTS:
+    for subset in BFCL_PARTS:
         answers = {}
-        for line in (data / "possible_answer" / f"BFCL_v4_{part}.json").read_text().splitlines():
+        for line in (data / "possible_answer" / f"BFCL_v4_{subset}.json").read_text().splitlines():
             answer = json.loads(line)
             answers[answer["id"]] = answer["ground_truth"]
-        for line in (data / f"BFCL_v4_{part}.json").read_text().splitlines():
+        for line in (data / f"BFCL_v4_{subset}.json").read_text().splitlines():
             question = json.loads(line)
             for function in question["function"]:
                 parameters = (function.get("parameters") or {}).get("properties") or {}
@@ -120,10 +119,12 @@ CORPORA = {"metatool": metatool, "bfcl": bfcl}
 
 
 def halves(queries: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-    """`tune` and `held-out` by the first byte of the request's SHA-256, and both."""
-    tune = [q for q in queries if hashlib.sha256(q["query"].encode()).digest()[0] % 2 == 0]
-    held = [q for q in queries if hashlib.sha256(q["query"].encode()).digest()[0] % 2 == 1]
-    return {"tune": tune, "held-out": held, "all": queries}
+    """`tune` and `held-out` as the golden set's original queries are split (`retrieval.part`), and both."""
+    return {
+        "tune": [q for q in queries if part(q) == "tune"],
+        "held-out": [q for q in queries if part(q) == "held-out"],
+        "all": queries,
+    }
 
 
 class PlainBM25:

@@ -81,21 +81,26 @@ FILES = {
 }
 
 
-def _hub_search(rerank: dict[str, Any], query: str = "remove the file") -> list[dict[str, Any]]:
-    """`ToolHub.search` over three tools, with `rerank` in the toolhub section."""
+def _hub(rerank: dict[str, Any], servers: dict[str, list[mcp_types.Tool]] = FILES) -> Any:
+    """A `ToolHub` over `servers` (one, `files`) with `rerank` in the toolhub section."""
     from toolscore.downstream.registry import build_registry
     from toolscore.toolhub.hub import ToolHub
     from toolscore.toolhub.scoring import Scoreboard
 
     config = parse_config({"mcpServers": {"files": {"type": "memory"}}, "toolscore": {"toolhub": rerank}})
-    registry = build_registry(FILES, config)
+    registry = build_registry(servers, config)
 
     class Source:
         def __init__(self) -> None:
             self.registry = registry
 
-    hub = ToolHub(tools=Source(), engine=None, config=config, scores=Scoreboard())  # type: ignore[arg-type]
-    return hub.search(query, 3)
+    return ToolHub(tools=Source(), engine=None, config=config, scores=Scoreboard())  # type: ignore[arg-type]
+
+
+def _hub_search(rerank: dict[str, Any], query: str = "remove the file") -> list[dict[str, Any]]:
+    """`ToolHub.search` over three tools, with `rerank` in the toolhub section."""
+    found: list[dict[str, Any]] = _hub(rerank).search(query, 3)
+    return found
 
 
 def test_the_missing_model_leaves_the_hubs_answers_byte_identical() -> None:
@@ -270,22 +275,6 @@ def test_the_hub_searches_through_the_rerank_when_it_is_on() -> None:
     assert [e["score"] for e in on_] != [e["score"] for e in off] and max(e["score"] for e in on_) <= 1.0
 
 
-def _hub(rerank: dict[str, Any]) -> Any:
-    """A `ToolHub` over FILES with `rerank` in the toolhub section."""
-    from toolscore.downstream.registry import build_registry
-    from toolscore.toolhub.hub import ToolHub
-    from toolscore.toolhub.scoring import Scoreboard
-
-    config = parse_config({"mcpServers": {"files": {"type": "memory"}}, "toolscore": {"toolhub": rerank}})
-    registry = build_registry(FILES, config)
-
-    class Source:
-        def __init__(self) -> None:
-            self.registry = registry
-
-    return ToolHub(tools=Source(), engine=None, config=config, scores=Scoreboard())  # type: ignore[arg-type]
-
-
 @needs_model
 @pytest.mark.anyio
 async def test_search_tools_loads_the_model_and_embeds_the_catalog_off_the_event_loop(
@@ -410,21 +399,8 @@ async def test_search_tools_through_the_front_finds_a_tool_no_word_names(tmp_pat
 @pytest.mark.anyio
 async def test_lone_surrogates_in_a_description_or_a_query_are_searched_not_raised() -> None:
     # JSON may escape a lone surrogate; the tokenizer takes no such text, so it is replaced first
-    from toolscore.downstream.registry import build_registry
-    from toolscore.toolhub.hub import ToolHub
-    from toolscore.toolhub.scoring import Scoreboard
-
     hostile = {"files": [tool("read_file", "Read a file \ud800 from disk.", {"path": {}}), *FILES["files"][:1]]}
-    config = parse_config(
-        {"mcpServers": {"files": {"type": "memory"}}, "toolscore": {"toolhub": {"rerank": "embedding"}}}
-    )
-    registry = build_registry(hostile, config)
-
-    class Source:
-        def __init__(self) -> None:
-            self.registry = registry
-
-    hub = ToolHub(tools=Source(), engine=None, config=config, scores=Scoreboard())  # type: ignore[arg-type]
+    hub = _hub({"rerank": "embedding"}, hostile)
     for query in ("open the file", "open \udfff the file"):
         result = await hub.answer("search_tools", {"query": query, "k": 2})
         assert not result.is_error

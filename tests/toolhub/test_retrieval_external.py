@@ -12,6 +12,19 @@ import pytest
 BENCHMARKS = Path(__file__).parents[2] / "benchmarks"
 
 
+def _run(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *argv: str) -> str:
+    """What the script prints for `argv`, run as its command line runs it."""
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    monkeypatch.setattr("sys.argv", ["retrieval_external.py", *argv])
+    importlib.import_module("retrieval_external").main()
+    return capsys.readouterr().out
+
+
+def _all_line(out: str, ranker: str) -> str:
+    """The `all` row of `ranker`'s figures."""
+    return next(line for line in out.split(f"{ranker}:", 1)[1].splitlines() if line.strip().startswith("all"))
+
+
 def test_it_reads_the_layout_and_reports_each_ranker(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -30,15 +43,11 @@ def test_it_reads_the_layout_and_reports_each_ranker(
         writer.writerow(["Convert 20 dollars to euros", "ExchangeTool"])
         writer.writerow(["Any job openings for a nurse?", "Job Finder"])
         writer.writerow(["A plugin that is not there", "Missing"])  # left out: no such plugin
-    monkeypatch.syspath_prepend(str(BENCHMARKS))
-    monkeypatch.setattr("sys.argv", ["retrieval_external.py", "metatool", str(tmp_path)])
-    importlib.import_module("retrieval_external").main()
-    out = capsys.readouterr().out
+    out = _run(monkeypatch, capsys, "metatool", str(tmp_path))
     assert "metatool: 3 requests over 3 tools" in out
     # every request names a word of its plugin's description: both rankers find each first
-    for ranker in ("plain BM25:", "search_tools:"):
-        block = out.split(ranker, 1)[1]
-        all_line = next(line for line in block.splitlines() if line.strip().startswith("all"))
+    for ranker in ("plain BM25", "search_tools"):
+        all_line = _all_line(out, ranker)
         assert "recall@1 1.000" in all_line and "MRR 1.000" in all_line, out
 
 
@@ -71,11 +80,6 @@ def test_it_reads_the_leaderboards_layout(
         (data / "possible_answer" / f"BFCL_v4_{part}.json").write_text(
             "".join(json.dumps({"id": i, "ground_truth": a}) + "\n" for i, _, _, a in asked)
         )
-    monkeypatch.syspath_prepend(str(BENCHMARKS))
-    monkeypatch.setattr("sys.argv", ["retrieval_external.py", "bfcl", str(tmp_path)])
-    importlib.import_module("retrieval_external").main()
-    out = capsys.readouterr().out
+    out = _run(monkeypatch, capsys, "bfcl", str(tmp_path))
     assert "bfcl: 2 requests over 2 tools" in out
-    block = out.split("search_tools:", 1)[1]
-    all_line = next(line for line in block.splitlines() if line.strip().startswith("all"))
-    assert "recall@1 1.000" in all_line, out
+    assert "recall@1 1.000" in _all_line(out, "search_tools"), out

@@ -288,9 +288,9 @@ class Reranker:
             return None
 
     def rerank(self, space: _Space, query: Any, hits: list[Hit], allowed: list[bool] | None = None) -> list[Hit]:
-        """`hits` (best first): its first fifty and the `NEAREST` tools of `space` nearest `query` (of
-        the `allowed` rows, a cosine of `FLOOR` at least) ordered by the blend; the rest of `hits` after
-        them, never scored above the last of those."""
+        """`hits` (best first, tools of `space`): its first fifty and the `NEAREST` tools of `space`
+        nearest `query` (of the `allowed` rows, a cosine of `FLOOR` at least) ordered by the blend; the
+        rest of `hits` after them, never scored above the last of those."""
         import numpy as np
 
         from toolscore.toolhub.search import Hit
@@ -310,7 +310,7 @@ class Reranker:
         head += near
         best = max((h.score for h in head), default=0.0) or 1.0
         first = np.asarray([h.score for h in head], dtype=np.float64) / best
-        on_head = np.asarray([cosines[space.rows[h.name]] if h.name in space.rows else 0.0 for h in head])
+        on_head = np.asarray([cosines[space.rows[h.name]] for h in head])
         blended = np.round((1 - self.weight) * first + self.weight * on_head, _DIGITS).tolist()
         order = sorted(range(len(head)), key=lambda i: (-blended[i], head[i].name))
         out = [Hit(head[i].name, round(blended[i], 4), head[i].matched) for i in order]
